@@ -1,0 +1,1 @@
+"""Lamina load generator and benchmarks."""

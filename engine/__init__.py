@@ -1,0 +1,45 @@
+"""Lamina's storage engine: queues with cloud-queue semantics on a segmented log in RocksDB.
+
+No sockets, no trio: usable embedded, in-process. See ``Engine``.
+"""
+
+from .clock import FakeClock, wall_clock_ms
+from .engine import Engine
+from .errors import (
+    AccessDenied,
+    InternalError,
+    InvalidArgument,
+    InvalidQueueName,
+    InvalidReceipt,
+    InvalidRedrivePolicy,
+    LaminaError,
+    MessageNotFound,
+    MessageTooLarge,
+    NoDeadLetterQueue,
+    ProtocolError,
+    QueueAlreadyExists,
+    QueueFull,
+    QueueNotFound,
+    RewindDisabled,
+    RewindOutOfRange,
+    StaleReceipt,
+    TagAlreadyExists,
+    TagNotFound,
+    TooManyQueues,
+    TooManyTags,
+    Unauthorized,
+    Unavailable,
+    UnknownOperation,
+)
+from .records import Message
+from .results import Delivery, QueueInfo, QueuePage, Sent, VisibilityChanged
+
+__all__ = [
+    "AccessDenied", "Delivery", "Engine", "FakeClock", "InternalError", "InvalidArgument",
+    "InvalidQueueName", "InvalidReceipt", "InvalidRedrivePolicy", "LaminaError", "Message",
+    "MessageNotFound", "MessageTooLarge", "NoDeadLetterQueue", "ProtocolError",
+    "QueueAlreadyExists", "QueueFull", "QueueInfo", "QueueNotFound", "QueuePage",
+    "RewindDisabled", "RewindOutOfRange", "Sent", "StaleReceipt", "TagAlreadyExists",
+    "TagNotFound", "TooManyQueues", "TooManyTags", "Unauthorized", "Unavailable",
+    "UnknownOperation", "VisibilityChanged", "wall_clock_ms",
+]

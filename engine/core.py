@@ -1,0 +1,435 @@
+"""The engine's spine: opening and loading the store, the operation frame (clock, watermarks,
+commit), and the per-queue bookkeeping every operation shares.
+
+Rules every operation follows (the reasons are in DESIGN.md §3):
+
+1. An operation validates everything it can before it changes anything, in memory or in the
+   batch; a ``LaminaError`` raised after a change is a bug.
+2. Any unexpected exception discards the pending batch and rebuilds the in-memory state from
+   RocksDB (which never saw the batch), then surfaces as ``InternalError``: a bug never leaves
+   memory and disk disagreeing.
+3. An operation on a queue first brings its watermarks to ``now`` (``_advance``) and, when it
+   may have ended messages, raises ``gone_seq`` as far as its definition allows (``_settle``).
+4. Reads that iterate a column family first flush the pending batch, so an operation sees
+   everything applied before it, even inside a group.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import cbor2
+
+from . import keys
+from .clock import Clock, EngineClock, wall_clock_ms
+from .errors import InternalError, LaminaError, QueueNotFound, TagNotFound, Unavailable
+from .receipts import ReceiptCodec, load_or_create_key
+from .records import PREFIX
+from .state import LANE_RANGE, LEASED, Lease, QueueState, Segment, TagState
+from .store import Store
+from .validation import check_name
+
+log = logging.getLogger("lamina.engine")
+
+SCHEMA_VERSION = 1
+DEFAULT_TAG = "default"
+SEGMENT_MAX_MESSAGES = 65536
+SEGMENT_MAX_BYTES = 64 << 20
+SEGMENT_MAX_AGE_MS = 3600_000
+
+
+class EngineCore:
+    """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
+    time (the server runs every operation on its event loop thread)."""
+
+    def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
+                 receipt_key: Path | None, max_queues: int, segment_max_messages: int,
+                 segment_max_bytes: int, segment_max_age_ms: int):
+        self.path = path
+        self.fsync = fsync
+        self.max_queues = max_queues
+        self.segment_max_messages = segment_max_messages
+        self.segment_max_bytes = segment_max_bytes
+        self.segment_max_age_ms = segment_max_age_ms
+        path.mkdir(parents=True, exist_ok=True)
+        self._receipts = ReceiptCodec(load_or_create_key(receipt_key or path / "receipt.key"))
+        self._store = Store(path / "db")
+        self._source = clock or wall_clock_ms
+        self._clock = EngineClock(self._source)
+        self._group_depth = 0
+        self._group_failed = False
+        self._unsynced = False
+        self._closed = False
+        self._persisted_clock = -1
+        self._load()
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """(Re)build every in-memory structure from RocksDB."""
+        store = self._store
+        meta = store.meta
+        version = meta.get(keys.META_VERSION)
+        if version is None:
+            store.put(store.meta_h, keys.META_VERSION, keys.u32(SCHEMA_VERSION))
+            store.flush()
+        elif keys.read_u32(version) != SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path}: schema version {keys.read_u32(version)}, "
+                               f"this Lamina reads {SCHEMA_VERSION}")
+        clock = meta.get(keys.META_CLOCK)
+        self._persisted_clock = keys.read_u64(clock) if clock else 0
+        self._clock = EngineClock(self._source, self._persisted_clock)
+        ids = meta.get(keys.META_IDS)
+        self._next_queue_id, self._next_tag_id = (
+            (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
+        self._queues: dict[int, QueueState] = {}
+        self._queue_names: dict[str, int] = {}
+        self._wake_heap: list[tuple[int, int, int]] = []  # (due_ms, queue, tag or 0 = all)
+        for key, value in Store.items(meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
+            self._load_queue(keys.queue_def_id(key), cbor2.loads(value))
+
+    def _load_queue(self, queue_id: int, definition: dict[str, Any]) -> QueueState:
+        store = self._store
+        q = QueueState(queue_id, definition["name"], definition["attributes"],
+                       definition["created"])
+        q.decode_watermarks(store.meta[keys.watermarks_key(queue_id)])
+        self._queues[queue_id] = q
+        self._queue_names[q.name.lower()] = queue_id
+        for lane in LANE_RANGE:
+            lower, upper = keys.log_lane_bounds(queue_id, lane)
+            it = Store.scan(store.log, lower, upper, last=True)
+            if it.valid():
+                q.lane_tail[lane] = keys.log_seq(it.key())
+                q.lanes_used.append(lane)
+        lower, upper = keys.queue_bounds(queue_id)
+        for key, value in Store.items(store.segments, lower, upper):
+            q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
+        if q.segments:
+            q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
+        tag_lower, tag_upper = keys.tag_def_bounds(queue_id)
+        for key, value in Store.items(store.meta, tag_lower, tag_upper):
+            self._load_tag(q, keys.tag_def_ids(key)[1], cbor2.loads(value))
+        self._schedule_delay_wake(q, self._clock.last_ms)
+        return q
+
+    def _load_tag(self, q: QueueState, tag_id: int, definition: dict[str, Any]) -> TagState:
+        store = self._store
+        t = TagState(tag_id, definition["name"], definition["start"], definition["start_seq"],
+                     definition["filter"], definition["created"])
+        t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
+        lower, upper = keys.tag_scope_bounds(q.id, tag_id)
+        for key, value in Store.items(store.leases, lower, upper):
+            lease = Lease.decode(value)
+            seq = keys.lease_key_decode(key)[2]
+            t.leases[seq] = lease
+            if lease.state == LEASED:
+                heapq.heappush(self._wake_heap, (lease.due, q.id, tag_id))
+        q.tags[tag_id] = t
+        q.tag_names[t.name.lower()] = tag_id
+        for lane in q.lanes_used:
+            self._snap_cursor(q, t, lane)
+        q.delayseq_from = min(q.delayseq_from, q.gone_seq)
+        return t
+
+    # -- the operation frame -------------------------------------------------------------------
+
+    @contextmanager
+    def _operation(self) -> Iterator[int]:
+        """Frame of every public operation: yields ``now``; commits unless inside a group."""
+        if self._closed:
+            raise Unavailable("the engine is closed")
+        now = self._clock.now()
+        if self._store.pending:
+            # Operation boundary: what earlier operations of a group wrote becomes readable.
+            # Reads inside an operation never depend on its own (unwritten) changes.
+            self._write_pending()
+        try:
+            yield now
+        except LaminaError:
+            raise
+        except Exception as exc:
+            log.exception("internal error; rebuilding state from the store")
+            self._recover()
+            raise InternalError(f"{type(exc).__name__}: {exc}") from exc
+        if self._group_depth == 0:
+            self._commit()
+
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """Apply every operation inside as one write batch (group commit).
+
+        Operations take effect in call order; the batch is written when the outermost group
+        ends. With ``fsync``, call ``sync_wal`` after it (a server does so in a worker thread)
+        before acknowledging anything. If the write fails, every operation of the group had no
+        effect: ``Unavailable`` is raised and memory is rebuilt from the store.
+        """
+        self._group_depth += 1
+        try:
+            yield
+        finally:
+            self._group_depth -= 1
+            if self._group_depth == 0 and not self._closed:
+                self._commit(sync=False)
+
+    def _commit(self, sync: bool | None = None) -> None:
+        failed, self._group_failed = self._group_failed, False
+        if failed:
+            raise Unavailable("storage write failed; the group had no effect")
+        if self._store.pending:
+            self._write_pending()
+            if self._group_failed:
+                self._group_failed = False
+                raise Unavailable("storage write failed; the operation had no effect")
+        if self._unsynced and (self.fsync if sync is None else sync):
+            self.sync_wal()
+
+    def _write_pending(self) -> None:
+        """Write the pending batch with the engine clock; on failure rebuild memory from the
+        store and mark the group failed (none of its operations took effect)."""
+        store = self._store
+        now = self._clock.last_ms
+        if now != self._persisted_clock:
+            store.put(store.meta_h, keys.META_CLOCK, keys.u64(now))
+        try:
+            store.flush()
+        except Exception:
+            log.exception("write failed; rebuilding state from the store")
+            self._group_failed = True
+            self._recover()
+            return
+        self._persisted_clock = now
+        self._unsynced = True
+
+    def sync_wal(self) -> None:
+        """Make everything written so far survive power loss (blocking; releases the GIL)."""
+        self._unsynced = False
+        self._store.sync_wal()
+
+    def _recover(self) -> None:
+        self._store.discard()
+        self._load()
+
+    def close(self) -> None:
+        """Write what is pending and close the store. Idempotent."""
+        if self._closed:
+            return
+        self._commit(sync=self.fsync)
+        self._closed = True
+        self._store.close()
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def _queue(self, name: object, field: str = "queue") -> QueueState:
+        if not isinstance(name, str):
+            check_name(name, field)
+        queue_id = self._queue_names.get(name.lower())  # type: ignore[union-attr]
+        if queue_id is None:
+            check_name(name, field)
+            raise QueueNotFound(f"{field}: no queue named {name!r}", field=field)
+        return self._queues[queue_id]
+
+    @staticmethod
+    def _tag(q: QueueState, name: object) -> TagState:
+        if name is None:
+            name = DEFAULT_TAG
+        check_name(name, "tag")
+        t = q.tag_named(name)  # type: ignore[arg-type]
+        if t is None:
+            raise TagNotFound(f"tag: queue {q.name!r} has no tag {name!r}", field="tag")
+        return t
+
+    # -- watermarks ---------------------------------------------------------------------------
+
+    def _first_seq_at(self, q: QueueState, time_ms: int) -> int:
+        """The first seq produced at or after ``time_ms`` (``next_seq`` if none): one seek in
+        the time index, O(log n)."""
+        if time_ms > q.last_time_ms:
+            return q.next_seq
+        lower, upper = keys.time_key(q.id, time_ms, 0), keys.time_queue_upper(q.id)
+        it = Store.scan(self._store.time, lower, upper)
+        return keys.time_key_decode(it.key())[2] if it.valid() else q.next_seq
+
+    def _advance(self, q: QueueState, now: int) -> None:
+        """Bring ``expired_seq`` to now (messages older than ``retention`` are Expired)."""
+        horizon = now - q.attributes["retention"] * 1000
+        if q.oldest_live_ms >= 0 and horizon <= q.oldest_live_ms:
+            return
+        if q.expired_seq >= q.next_seq and horizon <= q.last_time_ms:
+            return
+        expired = self._first_seq_at(q, horizon)
+        if expired > q.expired_seq:
+            q.expired_seq = expired
+            self._raise_gone(q, max(q.gone_seq, expired))
+            self._persist_watermarks(q)
+        q.oldest_live_ms = self._production_ms(q, q.expired_seq)
+
+    def _production_ms(self, q: QueueState, seq: int) -> int:
+        """Production time of message ``seq`` (-1 when it is not in the log)."""
+        if seq >= q.next_seq:
+            return -1
+        store = self._store
+        for lane in q.lanes_used:
+            value = store.log.get(keys.log_key(q.id, lane, seq))
+            if value is not None:
+                return PREFIX.unpack_from(value)[0]
+        return -1
+
+    def _tag_floor(self, q: QueueState, t: TagState) -> int:
+        """The lowest seq not passed by a cursor and the lowest leased seq of a tag."""
+        floor = q.next_seq
+        cursors, tails = t.cursors, q.lane_tail
+        for lane in q.lanes_used:
+            cursor = cursors[lane]
+            if cursor <= tails[lane] and cursor < floor:
+                floor = cursor
+        for seq, lease in t.leases.items():
+            if seq < floor and lease.state == LEASED:
+                floor = seq
+        return floor
+
+    def _delayed_floor(self, q: QueueState) -> int:
+        """The lowest seq of a delayed message some tag has not yet taken from the delay index.
+
+        ``delayseq_from`` only moves up here; a send of a delayed message lowers it in memory
+        (its row is not written yet), a new tag or a rewind resets it."""
+        if not q.tags:
+            return q.next_seq
+        position = min((t.delay_vt, t.delay_seq) for t in q.tags.values())
+        lower, upper = keys.delayseq_key(q.id, q.delayseq_from), keys.queue_bounds(q.id)[1]
+        for key, value in Store.items(self._store.delayseq, lower, upper):
+            seq = keys.delayseq_key_decode(key)[1]
+            if (keys.read_u64(value), seq) > position:
+                q.delayseq_from = seq
+                return seq
+        q.delayseq_from = q.next_seq
+        return q.next_seq
+
+    def _settle(self, q: QueueState, now: int) -> None:
+        """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``."""
+        floor = self._delayed_floor(q) if q.delayseq_from < q.next_seq else q.next_seq
+        for t in q.tags.values():
+            tag_floor = self._tag_floor(q, t)
+            if tag_floor < floor:
+                floor = tag_floor
+                if floor <= q.gone_seq:
+                    return
+        bound = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)
+        gone = max(q.gone_seq, q.expired_seq, q.purge_seq, min(floor, bound))
+        if gone > q.gone_seq:
+            self._raise_gone(q, gone)
+            self._persist_watermarks(q)
+
+    def _raise_gone(self, q: QueueState, gone: int) -> None:
+        """Move ``gone_seq`` up: drop leases below it and snap cursors it overtook."""
+        q.gone_seq = gone
+        store = self._store
+        for t in q.tags.values():
+            below = [seq for seq in t.leases if seq < gone]
+            for seq in below:
+                lease = t.leases.pop(seq)
+                store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
+                if lease.state == LEASED:
+                    store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
+            moved = False
+            for lane in q.lanes_used:
+                if t.cursors[lane] < gone <= q.lane_tail[lane]:
+                    t.cursors[lane] = gone
+                    self._snap_cursor(q, t, lane)
+                    moved = True
+                elif t.cursors[lane] < gone:
+                    t.cursors[lane] = q.lane_tail[lane] + 1
+                    moved = True
+            if moved:
+                store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+        if q.delayseq_from < gone:
+            q.delayseq_from = gone
+        self._collect(q)
+
+    def _snap_cursor(self, q: QueueState, t: TagState, lane: int) -> None:
+        """Move a cursor onto the lowest non-delayed message of its lane at or above it, or
+        past the lane's tail. Delayed messages reach tags through the delay index, never
+        through cursors, so stepping over them here passes nothing."""
+        cursor = t.cursors[lane]
+        if cursor > q.lane_tail[lane]:
+            return
+        lower, upper = keys.log_lane_bounds(q.id, lane, cursor)
+        it = Store.scan(self._store.log, lower, upper)
+        t.cursors[lane] = self._skip_delayed(it, q.lane_tail[lane])
+
+    @staticmethod
+    def _skip_delayed(it: Any, tail: int) -> int:
+        """Advance a lane iterator past delayed records -> the seq it rests on, or tail + 1."""
+        unpack = PREFIX.unpack_from
+        while it.valid():
+            enqueue_ms, visible_ms, _, _ = unpack(it.value())
+            if visible_ms == enqueue_ms:
+                return keys.log_seq(it.key())
+            it.next()
+        return tail + 1
+
+    def _persist_watermarks(self, q: QueueState) -> None:
+        self._store.put(self._store.meta_h, keys.watermarks_key(q.id), q.encode_watermarks())
+
+    # -- segments -------------------------------------------------------------------------------
+
+    def _collect(self, q: QueueState) -> None:
+        """Reclaim whole segments below ``gone_seq`` (log, time index, delay index)."""
+        store = self._store
+        while q.segments and q.segments[0].last_seq < q.gone_seq:
+            segment = q.segments.pop(0)
+            first, end = segment.first_seq, segment.last_seq + 1
+            for lane in q.lanes_used:
+                store.delete_range(store.log_h, keys.log_key(q.id, lane, first),
+                                   keys.log_key(q.id, lane, end))
+            store.delete_range(store.time_h, keys.time_key(q.id, 0, 0),
+                               keys.time_key(q.id, segment.last_ms, end))
+            # The time index maps each ms to its first seq: if the next retained message shares
+            # this segment's last ms, that ms needs a new first entry.
+            if q.segments and q.segments[0].first_ms == segment.last_ms:
+                store.put(store.time_h, keys.time_key(q.id, segment.last_ms,
+                                                      q.segments[0].first_seq), b"")
+            elif not q.segments:
+                q.indexed_ms = -1
+            lower, upper = keys.delayseq_key(q.id, first), keys.delayseq_key(q.id, end)
+            for key, value in Store.items(store.delayseq, lower, upper):
+                seq = keys.delayseq_key_decode(key)[1]
+                store.delete(store.delays_h, keys.delay_key(q.id, keys.read_u64(value), seq))
+            store.delete_range(store.delayseq_h, lower, upper)
+            store.delete(store.segments_h, keys.segment_key(q.id, first))
+
+    # -- wake-ups ---------------------------------------------------------------------------------
+
+    def _schedule_delay_wake(self, q: QueueState, now: int) -> None:
+        """Register the next delay end of ``q`` after ``now`` (one heap entry per queue)."""
+        lower, upper = keys.delay_key(q.id, now + 1, 0), keys.queue_bounds(q.id)[1]
+        it = Store.scan(self._store.delays, lower, upper)
+        if it.valid():
+            due = keys.delay_key_decode(it.key())[1]
+            q.next_delay_wake = due
+            heapq.heappush(self._wake_heap, (due, q.id, 0))
+        else:
+            q.next_delay_wake = -1
+
+    def _lease_dropped(self, q: QueueState, t: TagState, seq: int, lease: Lease) -> None:
+        store = self._store
+        del t.leases[seq]
+        store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
+        store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
+
+    def _lease_saved(self, q: QueueState, t: TagState, seq: int, lease: Lease,
+                     old_due: int | None) -> None:
+        """Write a lease row and keep its timer row (present exactly while LEASED) in step.
+        ``old_due`` is the due time of the row's previous LEASED state, if it had one."""
+        store = self._store
+        t.leases[seq] = lease
+        store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
+        if old_due is not None and (lease.state != LEASED or old_due != lease.due):
+            store.delete(store.timers_h, keys.timer_key(q.id, t.id, old_due, seq))
+        if lease.state == LEASED:
+            store.put(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq),
+                      bytes((lease.lane,)))
+            heapq.heappush(self._wake_heap, (lease.due, q.id, t.id))

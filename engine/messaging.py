@@ -1,0 +1,491 @@
+"""Message operations for one tag: send, receive, delete, change_visibility, and deadlines.
+
+Where a tag's next message comes from (DESIGN.md §2 "Delivery order", §3):
+
+1. *Active again*, ordered by (time it became Active, seq), merged from two ordered sources:
+   - ``timers`` rows with ``due <= now``: leases that ran out (or were ended by
+     ``change_visibility 0``) — a lease row LEASED with due in the past *is* Active again, so
+     expiry writes nothing;
+   - ``delays`` entries past the tag's delay position with ``visible <= now``: delayed messages
+     whose delay ended (lane cursors step over every delayed message, so each one arrives here
+     exactly once per tag).
+2. *Never delivered*, by (priority, seq): the lane cursors, lane 1 (highest priority) first.
+
+A receive examines at most ``EXAMINE_LIMIT`` records, persists how far it got, and may return
+fewer than ``max`` even when more are Active; a waiting receive simply looks again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from typing import Any, Sequence
+
+import cbor2
+
+from . import keys
+from .core import EngineCore
+from .errors import (
+    InvalidArgument,
+    InvalidReceipt,
+    LaminaError,
+    MessageTooLarge,
+    QueueFull,
+    StaleReceipt,
+)
+from .receipts import ReceiptCodec
+from .records import PREFIX, PREFIX_SIZE, cbor_head, encode_record, message_id
+from .results import Delivery, Sent, VisibilityChanged
+from .state import LEASED, Lease, QueueState, Segment, TagState
+from .store import Store
+from .validation import (
+    DEFAULT_PRIORITY,
+    MAX_DELAY_S,
+    MAX_PRIORITY,
+    MAX_VISIBILITY_S,
+    MIN_PRIORITY,
+    check_batch,
+    check_int,
+    check_message_attributes,
+    check_seconds,
+    check_topic,
+)
+
+EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
+_SEND_KEYS = frozenset((1, 2, 3, 4, 5))
+
+
+class _Entry:
+    """A validated send entry, not yet assigned a seq."""
+
+    __slots__ = ("body_cbor", "body", "attributes_cbor", "topic", "priority", "delay_ms", "size")
+
+    def __init__(self, body_cbor: bytes, body: bytes, attributes_cbor: bytes | None,
+                 topic: str | None, priority: int, delay_ms: int):
+        self.body_cbor = body_cbor
+        self.body = body
+        self.attributes_cbor = attributes_cbor
+        self.topic = topic
+        self.priority = priority
+        self.delay_ms = delay_ms
+        self.size = len(body) + (len(attributes_cbor) if attributes_cbor else 0)
+
+
+def _body(value: object, field: str) -> tuple[bytes, bytes]:
+    """-> (CBOR item of the body, its bytes: UTF-8 for text)."""
+    if type(value) is bytes:
+        if not value:
+            raise InvalidArgument(field, "must hold at least 1 byte")
+        return cbor_head(2, len(value)) + value, value
+    if type(value) is str:
+        data = value.encode()
+        if not data:
+            raise InvalidArgument(field, "must hold at least 1 byte")
+        return cbor_head(3, len(data)) + data, data
+    raise InvalidArgument(field, "must be bytes or text")
+
+
+def parse_send_entry(entry: object, index: int, q: QueueState) -> _Entry:
+    """A send entry of PROTOCOL.md §4 (body alone, or a map with keys 1-5), fully checked."""
+    field = f"messages[{index}]"
+    attributes = q.attributes
+    if type(entry) is bytes or type(entry) is str:
+        body_cbor, body = _body(entry, f"{field}.body")
+        parsed = _Entry(body_cbor, body, None, None, DEFAULT_PRIORITY,
+                        attributes["delay"] * 1000)
+    elif isinstance(entry, dict):
+        for key in entry:
+            if type(key) is not int or key not in _SEND_KEYS:
+                raise InvalidArgument(f"{field}.{key}", "unknown send entry key (1-5)")
+        if 1 not in entry:
+            raise InvalidArgument(f"{field}.body", "is required")
+        body_cbor, body = _body(entry[1], f"{field}.body")
+        attributes_cbor = None
+        if entry.get(2) is not None:
+            attributes_cbor = cbor2.dumps(
+                check_message_attributes(entry[2], f"{field}.attributes"))
+        topic = check_topic(entry[3], f"{field}.topic") if entry.get(3) is not None else None
+        priority = DEFAULT_PRIORITY
+        if entry.get(4) is not None:
+            priority = check_int(entry[4], f"{field}.priority", MIN_PRIORITY, MAX_PRIORITY)
+        if topic is not None and priority != DEFAULT_PRIORITY:
+            raise InvalidArgument(f"{field}.priority",
+                                  "a message may have a topic or a non-default priority, not both")
+        if entry.get(5) is not None:
+            delay_ms = check_seconds(entry[5], f"{field}.delay", 0, MAX_DELAY_S)
+            if delay_ms >= attributes["retention"] * 1000:
+                raise InvalidArgument(f"{field}.delay", "must be less than the queue's retention")
+        else:
+            delay_ms = attributes["delay"] * 1000
+        parsed = _Entry(body_cbor, body, attributes_cbor, topic, priority, delay_ms)
+    else:
+        raise InvalidArgument(field, "must be bytes, text or a map")
+    if parsed.size > attributes["max_message_size"]:
+        raise MessageTooLarge(
+            f"{field}: {parsed.size} bytes (body + attributes) exceed max_message_size "
+            f"{attributes['max_message_size']}", field=field)
+    return parsed
+
+
+class MessagingOps(EngineCore):
+    """send / receive / delete / change_visibility and the deadline interface."""
+
+    _receipts: ReceiptCodec
+
+    # -- send -------------------------------------------------------------------------------
+
+    def send(self, queue: str, messages: Sequence[Any], *,
+             key: str | None = None) -> list[Sent | LaminaError]:
+        """Append messages; per entry a ``Sent`` or the error that refused that entry."""
+        with self._operation() as now:
+            q = self._queue(queue)
+            messages = check_batch(messages, "messages")
+            self._advance(q, now)
+            self._settle(q, now)
+            return self._append(q, messages, now)
+
+    def _append(self, q: QueueState, messages: list[Any], now: int) -> list[Sent | LaminaError]:
+        store = self._store
+        log_h, put = store.log_h, store.put
+        qid = q.id
+        results: list[Sent | LaminaError] = []
+        capacity = q.attributes["max_messages"] - (q.next_seq - q.gone_seq)
+        tails = q.lane_tail
+        first_in_lane: dict[int, int] = {}
+        old_tails: dict[int, int] = {}
+        first_ready: dict[int, int] = {}  # first non-delayed new seq per lane
+        segment = self._open_segment(q, now)
+        prefix_pack = PREFIX.pack
+        for index, raw in enumerate(messages):
+            try:
+                entry = parse_send_entry(raw, index, q)
+                if capacity <= 0:
+                    raise QueueFull(
+                        f"messages[{index}]: queue {q.name!r} retains max_messages "
+                        f"{q.attributes['max_messages']}")
+            except LaminaError as exc:
+                results.append(exc.with_traceback(None))  # frames would pin the store
+                continue
+            capacity -= 1
+            seq = q.next_seq
+            q.next_seq = seq + 1
+            lane = entry.priority
+            visible = now + entry.delay_ms
+            msg_id = message_id(qid, seq, lane)
+            md5 = hashlib.md5(entry.body).digest()
+            record = encode_record(msg_id, entry.body_cbor, entry.attributes_cbor, entry.topic,
+                                   lane, now, visible, md5)
+            put(log_h, keys.log_key(qid, lane, seq), prefix_pack(now, visible, 0, lane) + record)
+            if tails[lane] < 0:
+                q.lanes_used.append(lane)
+                q.lanes_used.sort()
+            if lane not in first_in_lane:
+                first_in_lane[lane] = seq
+                old_tails[lane] = tails[lane]
+            if not entry.delay_ms and lane not in first_ready:
+                first_ready[lane] = seq
+            tails[lane] = seq
+            if entry.delay_ms:
+                put(store.delays_h, keys.delay_key(qid, visible, seq), bytes((lane,)))
+                put(store.delayseq_h, keys.delayseq_key(qid, seq), keys.u64(visible))
+                if q.delayseq_from > seq:
+                    q.delayseq_from = seq
+                if q.next_delay_wake < 0 or visible < q.next_delay_wake:
+                    q.next_delay_wake = visible
+                    heapq.heappush(self._wake_heap, (visible, qid, 0))
+            if segment is None or self._segment_full(segment, now):
+                if segment is not None:
+                    put(store.segments_h, keys.segment_key(qid, segment.first_seq),
+                        segment.encode())
+                segment = Segment(seq, seq, now, now, 0, 0)
+                q.segments.append(segment)
+            segment.last_seq = seq
+            segment.last_ms = now
+            segment.count += 1
+            segment.bytes += len(record)
+            results.append(Sent(msg_id, now, md5))
+        if first_in_lane:
+            if now > q.indexed_ms:
+                put(store.time_h, keys.time_key(qid, now, min(first_in_lane.values())), b"")
+                q.indexed_ms = now
+            q.last_time_ms = now
+            if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
+                q.oldest_live_ms = now
+            # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first
+            # new non-delayed message, or past the new tail (TagState invariant). The move is
+            # persisted, so reopening never walks a run of delayed messages.
+            for t in q.tags.values():
+                cursors = t.cursors
+                moved = False
+                for lane in first_in_lane:
+                    if cursors[lane] > old_tails[lane]:
+                        cursors[lane] = first_ready.get(lane, tails[lane] + 1)
+                        moved = True
+                if moved:
+                    put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
+            put(store.segments_h, keys.segment_key(qid, segment.first_seq), segment.encode())
+            self._persist_watermarks(q)
+        return results
+
+    def _open_segment(self, q: QueueState, now: int) -> Segment | None:
+        if not q.segments:
+            return None
+        segment = q.segments[-1]
+        return None if self._segment_full(segment, now) else segment
+
+    def _segment_full(self, segment: Segment, now: int) -> bool:
+        return (segment.count >= self.segment_max_messages
+                or segment.bytes >= self.segment_max_bytes
+                or now - segment.first_ms >= self.segment_max_age_ms)
+
+    # -- receive -----------------------------------------------------------------------------
+
+    def receive(self, queue: str, tag: str | None = None, max: int = 1,
+                visibility_timeout: float | None = None, *, max_bytes: int | None = None,
+                key: str | None = None) -> list[Delivery]:
+        """Lease up to ``max`` Active messages of ``tag`` (DESIGN.md §2 "Delivery order").
+
+        ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
+        message that would pass it is not leased. Waiting is the server's business."""
+        with self._operation() as now:
+            q = self._queue(queue)
+            t = self._tag(q, tag)
+            count = check_int(max, "max", 1, 1000)
+            if visibility_timeout is None:
+                visibility_ms = q.attributes["visibility_timeout"] * 1000
+            else:
+                visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
+                                              MAX_VISIBILITY_S)
+            self._advance(q, now)
+            deliveries = _Lessor(self, q, t, now, visibility_ms, count, max_bytes).run()
+            self._settle(q, now)
+            return deliveries
+
+    # -- delete / change_visibility ----------------------------------------------------------
+
+    def _current_lease(self, q: QueueState, t: TagState, receipt: object,
+                       now: int) -> tuple[int, Lease]:
+        """-> (seq, lease) for a receipt naming the current lease of a message, or raise
+        ``InvalidReceipt`` (not ours for this queue and tag) / ``StaleReceipt`` (not current)."""
+        _, seq, number = self._receipts.open(receipt, q.id, t.id)
+        lease = t.leases.get(seq)
+        if (lease is None or lease.state != LEASED or lease.number != number
+                or lease.due <= now or seq < q.gone_seq):
+            raise StaleReceipt("receipt: the lease is no longer current")
+        return seq, lease
+
+    def delete(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
+               key: str | None = None) -> list[LaminaError | None]:
+        """End messages for ``tag`` by their current receipts; per receipt None or an error."""
+        with self._operation() as now:
+            q = self._queue(queue)
+            t = self._tag(q, tag)
+            receipts = check_batch(receipts, "receipts")
+            self._advance(q, now)
+            results: list[LaminaError | None] = []
+            for receipt in receipts:
+                try:
+                    seq, lease = self._current_lease(q, t, receipt, now)
+                except LaminaError as exc:
+                    results.append(exc.with_traceback(None))
+                    continue
+                self._lease_dropped(q, t, seq, lease)
+                results.append(None)
+            self._settle(q, now)
+            return results
+
+    def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
+                          *, key: str | None = None) -> list[VisibilityChanged | LaminaError]:
+        """Per ``[receipt, timeout_s]``: end the lease ``timeout`` from now with a new receipt
+        (the old one goes stale); 0 ends it at once -> ``VisibilityChanged(None, now)``."""
+        with self._operation() as now:
+            q = self._queue(queue)
+            t = self._tag(q, tag)
+            entries = check_batch(entries, "entries")
+            self._advance(q, now)
+            results: list[VisibilityChanged | LaminaError] = []
+            for index, entry in enumerate(entries):
+                try:
+                    if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+                        raise InvalidArgument(f"entries[{index}]", "must be [receipt, timeout]")
+                    timeout_ms = check_seconds(entry[1], f"entries[{index}].timeout", 0,
+                                               MAX_VISIBILITY_S)
+                    if type(entry[0]) is not bytes:
+                        raise InvalidReceipt(f"entries[{index}].receipt: must be a byte string")
+                    seq, lease = self._current_lease(q, t, entry[0], now)
+                except LaminaError as exc:
+                    results.append(exc.with_traceback(None))
+                    continue
+                old_due = lease.due
+                lease.due = now + timeout_ms
+                if timeout_ms:
+                    lease.number = t.lease_counter
+                    t.lease_counter += 1
+                    receipt: bytes | None = self._receipts.issue(q.id, t.id, lease.lane, seq,
+                                                                 lease.number)
+                else:
+                    receipt = None
+                self._lease_saved(q, t, seq, lease, old_due)
+                results.append(VisibilityChanged(receipt, lease.due))
+            store = self._store
+            store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+            self._settle(q, now)
+            return results
+
+    # -- deadlines ----------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        """The earliest time (ms) at which a message may become Active without a request
+        (lease expiry, delay end), or None. A server's timer task sleeps until then."""
+        heap = self._wake_heap
+        while heap and heap[0][1] not in self._queues:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def process_deadlines(self) -> list[tuple[str, str | None]]:
+        """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages
+        Active because of it (tag None: every tag of the queue), for waking receives."""
+        with self._operation() as now:
+            heap = self._wake_heap
+            woken: set[tuple[str, str | None]] = set()
+            delay_queues: set[int] = set()
+            while heap and heap[0][0] <= now:
+                _, queue_id, tag_id = heapq.heappop(heap)
+                q = self._queues.get(queue_id)
+                if q is None:
+                    continue
+                if tag_id == 0:
+                    delay_queues.add(queue_id)
+                    woken.add((q.name, None))
+                elif tag_id in q.tags:
+                    woken.add((q.name, q.tags[tag_id].name))
+            for queue_id in delay_queues:
+                self._schedule_delay_wake(self._queues[queue_id], now)
+            return sorted(woken, key=lambda pair: (pair[0], pair[1] or ""))
+
+
+class _Lessor:
+    """One receive: walks the sources in delivery order and leases what it may return."""
+
+    def __init__(self, engine: MessagingOps, q: QueueState, t: TagState, now: int,
+                 visibility_ms: int, count: int, max_bytes: int | None):
+        self.engine = engine
+        self.store = engine._store
+        self.q, self.t, self.now = q, t, now
+        self.due = now + visibility_ms
+        self.count = count
+        self.room = max_bytes
+        self.budget = EXAMINE_LIMIT
+        self.out: list[Delivery] = []
+        self.tag_moved = False
+
+    def run(self) -> list[Delivery]:
+        self._active_again()
+        if len(self.out) < self.count and self.budget > 0:
+            self._never_delivered()
+        if self.out or self.tag_moved:
+            self.store.put(self.store.tags_h, keys.tag_key(self.q.id, self.t.id),
+                           self.t.encode_cursors())
+        return self.out
+
+    def _fits(self, record: bytes) -> bool:
+        """Whether one more delivery of ``record`` stays within ``max_bytes``."""
+        if self.room is None:
+            return True
+        needed = len(record) + 64  # receipt and the small fields
+        if self.out and needed > self.room:
+            return False
+        self.room -= needed
+        return True
+
+    def _lease(self, seq: int, lane: int, record: bytes, lease: Lease | None) -> None:
+        t = self.t
+        number = t.lease_counter
+        t.lease_counter += 1
+        if lease is None:
+            lease = Lease(LEASED, lane, self.due, 1, self.now, number)
+            old_due = None
+        else:
+            old_due = lease.due
+            lease.count += 1
+            lease.due = self.due
+            lease.number = number
+        self.engine._lease_saved(self.q, t, seq, lease, old_due)
+        receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
+        self.out.append(Delivery(record, receipt, lease.count, lease.first, lease.due))
+
+    def _active_again(self) -> None:
+        """Merge expired leases (timers) and ended delays, by (time Active, seq)."""
+        q, t, store, now = self.q, self.t, self.store, self.now
+        lower, upper = keys.timer_key(q.id, t.id, 0, 0), keys.timer_key(q.id, t.id, now + 1, 0)
+        timers = Store.scan(store.timers, lower, upper)
+        lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
+        upper = keys.delay_key(q.id, now + 1, 0)
+        delays = Store.scan(store.delays, lower, upper)
+        log = store.log
+        while len(self.out) < self.count and self.budget > 0:
+            timer = keys.timer_key_decode(timers.key())[2:] if timers.valid() else None
+            delay = keys.delay_key_decode(delays.key())[1:] if delays.valid() else None
+            if timer is None and delay is None:
+                return
+            self.budget -= 1
+            if delay is None or (timer is not None and timer <= delay):
+                due, seq = timer  # type: ignore[misc]
+                lane = timers.value()[0]
+                timers.next()
+                lease = t.leases.get(seq)
+                if lease is None or lease.state != LEASED or lease.due != due:
+                    store.delete(store.timers_h, keys.timer_key(q.id, t.id, due, seq))
+                    continue
+                value = log.get(keys.log_key(q.id, lane, seq)) if seq >= q.gone_seq else None
+                if value is None:
+                    self.engine._lease_dropped(q, t, seq, lease)
+                    continue
+                record = value[PREFIX_SIZE:]
+                if not self._fits(record):
+                    return
+                self._lease(seq, lane, record, lease)
+            else:
+                visible, seq = delay
+                lane = delays.value()[0]
+                delays.next()
+                if seq >= q.gone_seq and seq >= t.start_seq and seq not in t.leases:
+                    value = log.get(keys.log_key(q.id, lane, seq))
+                    if value is not None:
+                        record = value[PREFIX_SIZE:]
+                        if not self._fits(record):
+                            return
+                        self._lease(seq, lane, record, None)
+                t.delay_vt, t.delay_seq = visible, seq
+                self.tag_moved = True
+
+    def _never_delivered(self) -> None:
+        """Lane cursors, highest priority first; delayed records are stepped over."""
+        q, t, store = self.q, self.t, self.store
+        unpack = PREFIX.unpack_from
+        for lane in q.lanes_used:
+            if len(self.out) >= self.count or self.budget <= 0:
+                return
+            tail = q.lane_tail[lane]
+            start = max(t.cursors[lane], q.gone_seq, t.start_seq)
+            if start > tail:
+                continue
+            lower, upper = keys.log_lane_bounds(q.id, lane, start)
+            it = Store.scan(store.log, lower, upper)
+            while it.valid() and len(self.out) < self.count and self.budget > 0:
+                value = it.value()
+                enqueue_ms, visible_ms, _, _ = unpack(value)
+                self.budget -= 1
+                if visible_ms == enqueue_ms:
+                    seq = keys.log_seq(it.key())
+                    if seq not in t.leases:
+                        record = value[PREFIX_SIZE:]
+                        if not self._fits(record):
+                            break
+                        self._lease(seq, lane, record, None)
+                it.next()
+            cursor = self.engine._skip_delayed(it, tail) if len(self.out) >= self.count \
+                else (keys.log_seq(it.key()) if it.valid() else tail + 1)
+            if cursor != t.cursors[lane]:
+                t.cursors[lane] = cursor
+                self.tag_moved = True

@@ -1,0 +1,128 @@
+"""The stored message: the fixed prefix, the PROTOCOL.md §4 record, message ids.
+
+A log value is ``prefix | record``:
+
+    prefix  enqueue_ms:u64 | visible_ms:u64 | topic_id:u32 | priority:u8      (21 bytes)
+    record  CBOR [id, body, attributes|null, topic|null, priority, enqueue_time,
+                  visible_time, md5, dead|null]
+
+The record is encoded once, at send, and spliced unchanged into every delivery; skip decisions
+(delay, topic, priority) read only the prefix. The record is assembled by hand from CBOR heads:
+measured ≈ 3x faster than ``cbor2.dumps`` of the same list, and byte-identical to it (a test
+checks that).
+
+Message ids are 25 lower-case hex digits ``queue:8 | seq:16 | lane-1:1``: unique on a server
+forever (queue ids are never reused, seqs are dense per queue), sorting in production order
+within a queue, and carrying the lane so a lookup by id is one ``get``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import cbor2
+
+PREFIX = struct.Struct(">QQIB")
+PREFIX_SIZE = PREFIX.size
+ID_LENGTH = 25
+
+_ID_HEAD = b"\x78\x19"  # CBOR text string of 25 bytes
+
+
+def cbor_head(major: int, value: int) -> bytes:
+    """The shortest CBOR head (RFC 8949 §3) for ``major`` type and argument ``value``."""
+    mt = major << 5
+    if value < 24:
+        return bytes((mt | value,))
+    if value < 0x100:
+        return bytes((mt | 24, value))
+    if value < 0x10000:
+        return bytes((mt | 25,)) + value.to_bytes(2, "big")
+    if value < 0x100000000:
+        return bytes((mt | 26,)) + value.to_bytes(4, "big")
+    return bytes((mt | 27,)) + value.to_bytes(8, "big")
+
+
+def cbor_uint(value: int) -> bytes:
+    return cbor_head(0, value)
+
+
+def cbor_bytes(value: bytes) -> bytes:
+    return cbor_head(2, len(value)) + value
+
+
+def cbor_text(value: str) -> bytes:
+    data = value.encode()
+    return cbor_head(3, len(data)) + data
+
+
+CBOR_NULL = b"\xf6"
+
+
+def message_id(queue: int, seq: int, lane: int) -> str:
+    return f"{queue:08x}{seq:016x}{lane - 1:x}"
+
+
+def parse_message_id(value: object) -> tuple[int, int, int] | None:
+    """-> (queue, seq, lane), or None when ``value`` is not a well-formed message id."""
+    if not isinstance(value, str) or len(value) != ID_LENGTH:
+        return None
+    try:
+        raw = int(value, 16)
+    except ValueError:
+        return None
+    if value != value.lower() or not value.isalnum():
+        return None
+    return raw >> 68, (raw >> 4) & ((1 << 64) - 1), (raw & 0xF) + 1
+
+
+def encode_record(
+    msg_id: str,
+    body_cbor: bytes,
+    attributes_cbor: bytes | None,
+    topic: str | None,
+    priority: int,
+    enqueue_ms: int,
+    visible_ms: int,
+    md5: bytes,
+    dead_cbor: bytes | None = None,
+) -> bytes:
+    """The PROTOCOL.md §4 record; ``body_cbor`` / ``attributes_cbor`` / ``dead_cbor`` are
+    already CBOR-encoded items."""
+    return b"".join((
+        b"\x89", _ID_HEAD, msg_id.encode(), body_cbor,
+        attributes_cbor if attributes_cbor is not None else CBOR_NULL,
+        cbor_text(topic) if topic is not None else CBOR_NULL,
+        bytes((priority,)) if priority < 24 else cbor_uint(priority),
+        cbor_uint(enqueue_ms), cbor_uint(visible_ms),
+        b"\x50", md5,
+        dead_cbor if dead_cbor is not None else CBOR_NULL,
+    ))
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A decoded record (PROTOCOL.md §4)."""
+
+    id: str
+    body: bytes | str
+    attributes: dict[str, Any] | None
+    topic: str | None
+    priority: int
+    enqueue_time: int
+    visible_time: int
+    md5: bytes
+    dead: list[Any] | None
+
+    @classmethod
+    def decode(cls, record: bytes) -> Message:
+        fields = cbor2.loads(record)
+        return cls(*fields[:9])
+
+
+def split_value(value: bytes) -> tuple[int, int, int, int, bytes]:
+    """A log value -> (enqueue_ms, visible_ms, topic_id, priority, record bytes)."""
+    enqueue_ms, visible_ms, topic_id, priority = PREFIX.unpack_from(value)
+    return enqueue_ms, visible_ms, topic_id, priority, value[PREFIX_SIZE:]

@@ -1,0 +1,65 @@
+"""Typed results of engine operations (frozen dataclasses, named after the protocol's words)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from .records import Message
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    queue: str
+    attributes: dict[str, Any]
+    created: int
+    stats: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    queues: list[str]
+    next: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One accepted send entry: ``[id, enqueue_time, md5]`` on the wire."""
+
+    id: str
+    enqueue_time: int
+    md5: bytes
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One leased message: ``[record, receipt, dequeue_count, first_dequeue_time,
+    next_visible_time]`` on the wire. ``record`` is the stored CBOR record, spliced unchanged
+    into responses; ``message`` decodes it on demand."""
+
+    record: bytes
+    receipt: bytes
+    dequeue_count: int
+    first_dequeue_time: int
+    next_visible_time: int
+
+    @cached_property
+    def message(self) -> Message:
+        return Message.decode(self.record)
+
+    @property
+    def id(self) -> str:
+        return self.message.id
+
+    @property
+    def body(self) -> bytes | str:
+        return self.message.body
+
+
+@dataclass(frozen=True, slots=True)
+class VisibilityChanged:
+    """``[receipt|null, next_visible_time]`` on the wire."""
+
+    receipt: bytes | None
+    next_visible_time: int

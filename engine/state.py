@@ -1,0 +1,155 @@
+"""In-memory state of open queues and tags: a cache of RocksDB, rebuilt at open.
+
+Memory grows with queues, tags and leases (in-flight and active-again messages), never with
+the backlog: the log, the time index and the delay index stay on disk.
+
+Persisted forms (fixed structs, one encoder and decoder each, next to the class they serve):
+
+    watermarks  next_seq | expired_seq | gone_seq | purge_seq                     (4 x u64)
+    tag cursors lane 1..16 cursors | delay position (visible_ms, seq) | leases    (19 x u64)
+    lease       state:u8 | lane:u8 | due_ms:u64 | dequeue_count:u32 | first_dequeue_ms:u64 |
+                lease number:u64
+    segment     last_seq | first_ms | last_ms | count | bytes                     (5 x u64)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+LANES = 16
+LANE_RANGE = range(1, LANES + 1)
+
+_WATERMARKS = struct.Struct(">QQQQ")
+_CURSORS = struct.Struct(">" + "Q" * (LANES + 3))
+_LEASE = struct.Struct(">BBQIQQ")
+_SEGMENT = struct.Struct(">QQQQQ")
+
+# Lease states. A LEASED message is Inflight while now < due and Active again from due on.
+LEASED = 1
+ENDED_AHEAD = 2  # ended (deleted by id) before any cursor reached it
+ENDED_DEAD = 3   # dead-lettered; kept until gone_seq passes so peek can say "dead"
+
+
+class Lease:
+    """One tag's lease state for one message (a row of the ``leases`` family)."""
+
+    __slots__ = ("state", "lane", "due", "count", "first", "number")
+
+    def __init__(self, state: int, lane: int, due: int, count: int, first: int, number: int):
+        self.state = state
+        self.lane = lane
+        self.due = due
+        self.count = count
+        self.first = first
+        self.number = number
+
+    def encode(self) -> bytes:
+        return _LEASE.pack(self.state, self.lane, self.due, self.count, self.first, self.number)
+
+    @classmethod
+    def decode(cls, value: bytes) -> Lease:
+        return cls(*_LEASE.unpack(value))
+
+
+@dataclass(slots=True)
+class Segment:
+    """A contiguous seq range of one queue's log. Invariant: ``first_seq <= last_seq`` and
+    times are production times (monotonic with seq)."""
+
+    first_seq: int
+    last_seq: int
+    first_ms: int
+    last_ms: int
+    count: int
+    bytes: int
+
+    def encode(self) -> bytes:
+        return _SEGMENT.pack(self.last_seq, self.first_ms, self.last_ms, self.count, self.bytes)
+
+    @classmethod
+    def decode(cls, first_seq: int, value: bytes) -> Segment:
+        return cls(first_seq, *_SEGMENT.unpack(value))
+
+
+class TagState:
+    """A reader of a queue: its cursors, delay position, lease counter and open leases.
+
+    Invariants:
+    - ``cursors[lane]``: every message of the lane below it has been passed (delivered, or
+      stepped over as delayed); when the lane has messages at or above it, the lowest of them
+      is exactly ``cursors[lane]`` ("snapped"), so the cursors give an exact floor.
+    - ``delay_pos``: every ``delays`` entry ``(visible_ms, seq) <= delay_pos`` has been handled.
+    - ``leases`` holds every lease row of the tag (the ``leases`` family is its durable form).
+    """
+
+    __slots__ = (
+        "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
+        "delay_seq", "lease_counter", "leases",
+    )
+
+    def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
+                 filter: Any, created: int):
+        self.id = tag_id
+        self.name = name
+        self.start_ms = start_ms
+        self.start_seq = start_seq
+        self.filter = filter
+        self.created = created
+        self.cursors = [0] * (LANES + 1)
+        self.delay_vt = 0
+        self.delay_seq = 0
+        self.lease_counter = 0
+        self.leases: dict[int, Lease] = {}
+
+    def definition(self) -> dict[str, Any]:
+        return {"name": self.name, "start": self.start_ms, "start_seq": self.start_seq,
+                "filter": self.filter, "created": self.created}
+
+    def encode_cursors(self) -> bytes:
+        return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,
+                             self.lease_counter)
+
+    def decode_cursors(self, value: bytes) -> None:
+        fields = _CURSORS.unpack(value)
+        self.cursors = [0, *fields[:LANES]]
+        self.delay_vt, self.delay_seq, self.lease_counter = fields[LANES:]
+
+
+@dataclass(slots=True)
+class QueueState:
+    """A queue: definition, watermarks, lane tails, segments and tags."""
+
+    id: int
+    name: str
+    attributes: dict[str, Any]
+    created: int
+    next_seq: int = 0
+    expired_seq: int = 0
+    gone_seq: int = 0
+    purge_seq: int = 0
+    # Last seq of each lane (index 1..16), -1 while the lane is empty.
+    lane_tail: list[int] = field(default_factory=lambda: [-1] * (LANES + 1))
+    lanes_used: list[int] = field(default_factory=list)  # sorted lanes that ever held a message
+    last_time_ms: int = -1           # newest production time
+    indexed_ms: int = -1             # newest ms with a time-index entry (-1: index again)
+    oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 unknown
+    segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
+    tags: dict[int, TagState] = field(default_factory=dict)
+    tag_names: dict[str, int] = field(default_factory=dict)  # lower-cased name -> tag id
+    delayseq_from: int = 0           # every delayseq entry below it is passed by every tag
+    next_delay_wake: int = -1        # earliest pending delay end registered for wake-ups
+
+    def definition(self) -> dict[str, Any]:
+        return {"name": self.name, "attributes": self.attributes, "created": self.created}
+
+    def encode_watermarks(self) -> bytes:
+        return _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq)
+
+    def decode_watermarks(self, value: bytes) -> None:
+        self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq = _WATERMARKS.unpack(value)
+
+    def tag_named(self, name: str) -> TagState | None:
+        tag_id = self.tag_names.get(name.lower())
+        return None if tag_id is None else self.tags[tag_id]

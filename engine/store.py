@@ -1,0 +1,176 @@
+"""The RocksDB instance behind an engine: column families, options, and the one write path.
+
+Invariants:
+- One ``WriteBatch`` collects everything the current request (or group of requests) changes,
+  across column families; it reaches RocksDB in one ``write``: atomic.
+- ``write`` never syncs. Durability beyond the WAL in the page cache is ``sync_wal``: one
+  ``flush_wal(sync=True)``, which releases the GIL, so a server runs it in a worker thread once
+  per group (FACTS.md: a synced write per request holds the GIL and does not scale).
+- Reads go to RocksDB directly, so a reader must see pending writes first: the engine calls
+  ``flush`` before any read that iterates a column family.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from rocksdict import (
+    AccessType,
+    DBCompressionType,
+    Options,
+    ReadOptions,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
+
+COLUMN_FAMILIES = (
+    "meta", "log", "time", "segments", "delays", "delayseq", "tags", "leases", "timers",
+)
+# Families whose rows are written and deleted at message rate: tombstones pile up there, so
+# files with many deletions are compacted early.
+CHURN_FAMILIES = ("leases", "timers", "delays", "delayseq")
+
+
+def _options(name: str | None = None) -> Options:
+    options = Options(raw_mode=True)
+    options.set_compression_type(DBCompressionType.lz4())
+    if name == "log":
+        options.set_write_buffer_size(64 << 20)
+        # Bodies of 4 KiB or more go to blob files: compaction then moves small keys, not bodies.
+        options.set_enable_blob_files(True)
+        options.set_min_blob_size(4096)
+        options.set_enable_blob_gc(True)
+    if name in CHURN_FAMILIES:
+        options.add_compact_on_deletion_collector_factory(1024, 256, 0.5)
+    return options
+
+
+def _db_options() -> Options:
+    options = _options()
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_max_total_wal_size(256 << 20)  # rarely written families must not pin old WALs
+    options.increase_parallelism(2)
+    return options
+
+
+def _bounds(lower: bytes, upper: bytes) -> ReadOptions:
+    options = ReadOptions()
+    options.set_iterate_lower_bound(lower)
+    options.set_iterate_upper_bound(upper)
+    return options
+
+
+class Scan:
+    """A bounded RocksDB iterator that owns its read options (see ``Store`` reads)."""
+
+    __slots__ = ("_options", "_it", "valid", "key", "value", "next")
+
+    def __init__(self, family: Rdict, lower: bytes, upper: bytes, last: bool):
+        self._options = _bounds(lower, upper)
+        self._it = it = family.iter(self._options)
+        if last:
+            it.seek_to_last()
+        else:
+            it.seek(lower)
+        self.valid = it.valid
+        self.key = it.key
+        self.value = it.value
+        self.next = it.next
+
+
+class Store:
+    """Column families plus the pending write batch."""
+
+    def __init__(self, path: Path, *, read_only: bool = False, secondary: Path | None = None):
+        self.path = path
+        column_families = {name: _options(name) for name in COLUMN_FAMILIES}
+        if secondary is not None:
+            access = AccessType.secondary(str(secondary))
+        elif read_only:
+            access = AccessType.read_only()
+        else:
+            access = AccessType.read_write()
+        if read_only or secondary is not None:
+            existing = set(Rdict.list_cf(str(path)))
+            column_families = {k: v for k, v in column_families.items() if k in existing}
+        self.db = Rdict(
+            str(path), _db_options(), column_families=column_families, access_type=access,
+        )
+        for name in COLUMN_FAMILIES:
+            if name in column_families:
+                setattr(self, name, self.db.get_column_family(name))
+                setattr(self, f"{name}_h", self.db.get_column_family_handle(name))
+        self._write_options = WriteOptions()
+        self._write_options.sync = False
+        self.batch = WriteBatch(raw_mode=True)
+        self.pending = 0  # operations in ``batch`` not yet written
+
+    # -- the write path -------------------------------------------------------------------
+
+    def put(self, handle: object, key: bytes, value: bytes) -> None:
+        self.batch.put(key, value, handle)
+        self.pending += 1
+
+    def delete(self, handle: object, key: bytes) -> None:
+        self.batch.delete(key, handle)
+        self.pending += 1
+
+    def delete_range(self, handle: object, begin: bytes, end: bytes) -> None:
+        self.batch.delete_range(begin, end, handle)
+        self.pending += 1
+
+    def flush(self) -> None:
+        """Write the pending batch (into the WAL, not synced)."""
+        if self.pending:
+            batch, self.batch = self.batch, WriteBatch(raw_mode=True)
+            self.pending = 0
+            self.db.write(batch, self._write_options)
+
+    def discard(self) -> None:
+        self.batch = WriteBatch(raw_mode=True)
+        self.pending = 0
+
+    def sync_wal(self) -> None:
+        """Sync the WAL to stable storage. Releases the GIL: run it in a worker thread."""
+        self.db.flush_wal(True)
+
+    # -- reads ----------------------------------------------------------------------------
+    #
+    # Every iterator has tight bounds (tombstones slow unbounded scans). rocksdict does not
+    # keep the ``ReadOptions`` that carry an iterator's bounds alive: freed early, the bounds
+    # dangle and the iterator stops at random. So the options always live as long as their
+    # iterator: inside ``Scan`` or the frame of the ``items`` / ``keys`` generators.
+
+    @staticmethod
+    def scan(family: Rdict, lower: bytes, upper: bytes, *, last: bool = False) -> Scan:
+        """A bounded iterator positioned at its first (or ``last``) key."""
+        return Scan(family, lower, upper, last)
+
+    @staticmethod
+    def items(family: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        options = _bounds(lower, upper)
+        it = family.iter(options)
+        it.seek(lower)
+        while it.valid():
+            yield it.key(), it.value()
+            it.next()
+
+    @staticmethod
+    def keys(family: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
+        options = _bounds(lower, upper)
+        it = family.iter(options)
+        it.seek(lower)
+        while it.valid():
+            yield it.key()
+            it.next()
+
+    def close(self) -> None:
+        for name in COLUMN_FAMILIES:  # column family handles keep the database open
+            for attribute in (name, f"{name}_h"):
+                if hasattr(self, attribute):
+                    delattr(self, attribute)
+        self.db.close()
+        del self.db

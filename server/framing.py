@@ -1,0 +1,314 @@
+"""Frames and CBOR items: the byte-level half of PROTOCOL.md §1.
+
+Every Lamina stream, in both directions, is a sequence of frames::
+
+    +--------------------+------------------------------------------+
+    | N: u32 big-endian  | N bytes holding exactly one CBOR item    |
+    +--------------------+------------------------------------------+
+
+This module cuts frames out of a byte stream (:class:`FrameReader`), decodes one frame body
+under the protocol's strictness rules (:func:`decode_item`), finds the values a request may not
+carry (:func:`find_unsupported_value`), and writes CBOR heads by hand (:func:`encode_head`) so
+that ``protocol.py`` can splice stored records into responses without re-encoding them.
+
+It knows nothing of requests, ids or connections; that is ``protocol.py``. Bytes from the peer
+that break a rule raise :class:`~lamina.engine.errors.ProtocolError` (the wire error, "the peer
+misbehaved"); bad arguments from our own code raise ``ValueError`` ("you misused the API").
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import cbor2
+
+from lamina.engine.errors import ProtocolError
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "FRAME_HEADER_BYTES",
+    "MAX_FRAME_LENGTH",
+    "MAX_NESTING_DEPTH",
+    "MIN_MAX_FRAME_BYTES",
+    "PRE_AUTH_MAX_FRAME_BYTES",
+    "CBORTagged",
+    "FrameReader",
+    "decode_item",
+    "encode_frame_header",
+    "encode_head",
+    "encode_int",
+    "find_unsupported_value",
+    "head_size",
+    "int_size",
+]
+
+# --- Hard limits, each with its reason ---------------------------------------------------------
+
+#: Bytes in the length prefix of every frame.
+FRAME_HEADER_BYTES = 4
+#: The largest length a 4-byte header can state; no ``max_frame`` may exceed it.
+MAX_FRAME_LENGTH = 2**32 - 1
+#: PROTOCOL §1 default ``max_frame``: room for a 1000-message send or receive of typical messages
+#: while bounding what one peer can make us buffer and decode at once.
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+#: PROTOCOL §1: a server's ``max_frame`` is never below this, so a client may always send a
+#: 2 MiB frame without reading the greeting first.
+MIN_MAX_FRAME_BYTES = 2 * 1024 * 1024
+#: PROTOCOL §3: before ``auth`` succeeds a peer is a stranger; an ``auth`` request is ~100 bytes,
+#: so 4 KiB is ample and caps what a stranger can make the server buffer.
+PRE_AUTH_MAX_FRAME_BYTES = 4 * 1024
+#: PROTOCOL §1: deepest item allowed, the outermost item being depth 1. Bounds the recursion of
+#: every decoder that reads our frames, in any language.
+MAX_NESTING_DEPTH = 32
+# cbor2 counts depth from 0 at the outermost item and counts every item, scalars and empty
+# containers included: ``max_depth=1`` accepts ``[1]`` and ``[[]]`` (deepest item at protocol
+# depth 2) and rejects ``[[1]]``. So protocol depth d is cbor2 depth d - 1.
+_CBOR2_MAX_DEPTH = MAX_NESTING_DEPTH - 1
+
+_HEADER = struct.Struct(">I")
+
+
+def encode_frame_header(body_length: int) -> bytes:
+    """The 4-byte length prefix of a frame whose body is ``body_length`` bytes."""
+    if not 1 <= body_length <= MAX_FRAME_LENGTH:
+        raise ValueError(f"frame body length {body_length} outside 1..{MAX_FRAME_LENGTH}")
+    return _HEADER.pack(body_length)
+
+
+# --- Cutting frames out of a stream ------------------------------------------------------------
+
+
+class FrameReader:
+    """Cuts frame bodies out of a byte stream that arrives in arbitrary pieces.
+
+    Invariants: ``_buffer[_start:]`` holds every byte fed and not yet returned in a frame. A
+    header's length is judged as soon as its 4 bytes are here, so a zero or oversized frame is
+    refused before any of its body is buffered (PROTOCOL §1). After one refusal the reader stays
+    failed: a stream that lost frame sync cannot be trusted, so nothing after it is parsed.
+
+    ``max_frame_bytes`` may be changed between calls (the server lowers it before ``auth``); it
+    applies to every header not yet judged.
+    """
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+        self._start = 0
+        self._failure: ProtocolError | None = None
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        if not 1 <= value <= MAX_FRAME_LENGTH:
+            raise ValueError(f"max_frame_bytes {value} outside 1..{MAX_FRAME_LENGTH}")
+        self._max_frame_bytes = value
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes fed but not yet returned as frames (a partial frame, or frames not yet asked for)."""
+        return len(self._buffer) - self._start
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes. Cheap: parsing happens in :meth:`next_frame`."""
+        if self._failure is not None:
+            return
+        if self._start:
+            # Compact only here, so a frame arriving in many pieces is never copied repeatedly.
+            del self._buffer[: self._start]
+            self._start = 0
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame body, or None until more bytes are fed.
+
+        Raises ProtocolError for a zero or oversized length, and again on every later call.
+        """
+        if self._failure is not None:
+            raise self._failure
+        available = len(self._buffer) - self._start
+        if available < FRAME_HEADER_BYTES:
+            return None
+        (length,) = _HEADER.unpack_from(self._buffer, self._start)
+        if length == 0 or length > self._max_frame_bytes:
+            problem = "zero-length frame" if length == 0 else (
+                f"frame of {length} bytes exceeds max_frame {self._max_frame_bytes}"
+            )
+            self._failure = ProtocolError(problem)
+            self._buffer = bytearray()
+            self._start = 0
+            raise self._failure
+        if available < FRAME_HEADER_BYTES + length:
+            return None
+        body_start = self._start + FRAME_HEADER_BYTES
+        self._start = body_start + length
+        return bytes(self._buffer[body_start : self._start])
+
+
+# --- Decoding one item strictly ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class CBORTagged:
+    """Stands in for any tagged item the peer sent; requests may not carry tags (PROTOCOL §1).
+
+    Identity equality on purpose: two tags as keys of one map are never "duplicates", so the
+    request reaches the per-field check and fails as InvalidArgument, not as a protocol error.
+    """
+
+    tag: int
+
+
+def _mark_unknown_tag(tag: cbor2.CBORTag, immutable: bool) -> CBORTagged:
+    return CBORTagged(tag.tag)
+
+
+def _marker_for(tag_number: int) -> Callable[[Any, bool], CBORTagged]:
+    def mark(value: Any, immutable: bool) -> CBORTagged:
+        return CBORTagged(tag_number)
+
+    return mark
+
+
+# Tags cbor2 6.2 decodes itself, so ``tag_hook`` never sees them: bignums (2, 3) would turn into
+# plain ints, shared values (28) and self-described CBOR (55799) into their content, 0/1 into
+# datetimes... Found by decoding every tag in 0..70000 and 2^32-1, 2^32, 2^64-1.
+# Each is overridden to a marker; any built-in decoder missed here still yields a non-plain
+# Python type, which find_unsupported_value rejects too.
+_BUILTIN_TAGS = (0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261,
+                 1004, 43000, 55799)
+_TAG_OVERRIDES = {number: _marker_for(number) for number in _BUILTIN_TAGS}
+
+
+def decode_item(body: bytes) -> Any:
+    """Decode a frame body that must hold exactly one well-formed CBOR item (PROTOCOL §1).
+
+    Raises ProtocolError for malformed CBOR, trailing bytes, indefinite lengths, duplicate map
+    keys (``1``, ``1.0`` and ``true`` are one key: cbor2 compares keys as Python does), nesting
+    deeper than MAX_NESTING_DEPTH, or invalid UTF-8 in a text string. Tagged items come back as
+    :class:`CBORTagged` markers, to be judged per request rather than here.
+    """
+    # cbor2.loads silently ignores trailing bytes; a decoder over a stream tells how far it read.
+    stream = io.BytesIO(body)
+    decoder = cbor2.CBORDecoder(
+        stream,
+        tag_hook=_mark_unknown_tag,
+        semantic_decoders=_TAG_OVERRIDES,
+        max_depth=_CBOR2_MAX_DEPTH,
+        allow_indefinite=False,
+        allow_duplicate_keys=False,
+    )
+    try:
+        item = decoder.decode()
+    except cbor2.CBORError as exc:
+        reason = str(exc)
+        if "nesting depth" in reason:
+            reason = f"nesting deeper than {MAX_NESTING_DEPTH}"
+        raise ProtocolError(f"malformed CBOR item: {reason}") from None
+    consumed = stream.tell()
+    if consumed != len(body):
+        raise ProtocolError(f"{len(body) - consumed} trailing bytes after the CBOR item")
+    return item
+
+
+_PLAIN_SCALARS = frozenset({str, bytes, int, bool, type(None)})
+_SEQUENCES = frozenset({list, tuple})  # cbor2 decodes arrays used as map keys to tuples
+_MAPPINGS = frozenset({dict, cbor2.frozendict})  # ... and maps used as map keys to frozendicts
+
+
+def find_unsupported_value(value: Any) -> str | None:
+    """Describe the first value inside ``value`` that a request may not carry, or None.
+
+    PROTOCOL §1: CBOR tags, simple values other than true/false/null, and NaN or infinite
+    floats. Anything cbor2 turned into a type other than the plain JSON-like ones can only have
+    come from one of those. Keys of nested maps are checked like values.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind in _PLAIN_SCALARS:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return f"{item!r} is not a finite number"
+        elif kind in _SEQUENCES:
+            pending.extend(item)
+        elif kind in _MAPPINGS:
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif kind is CBORTagged:
+            return f"CBOR tag {item.tag} is not allowed"
+        elif kind is cbor2.CBORSimpleValue:
+            return f"CBOR simple value {item.value} is not allowed"
+        elif item is cbor2.undefined:
+            return "CBOR undefined is not allowed"
+        else:
+            return f"unsupported CBOR value of type {kind.__name__}"
+    return None
+
+
+# --- Writing CBOR heads by hand ----------------------------------------------------------------
+
+# RFC 8949 §3: a head is the major type (3 bits) and an argument; the argument is stored in the
+# additional-information bits when below 24, else in the shortest of 1, 2, 4 or 8 following bytes.
+_SMALL_HEADS = tuple(tuple(bytes([major << 5 | arg]) for arg in range(24)) for major in range(8))
+_U16 = struct.Struct(">BH")
+_U32 = struct.Struct(">BI")
+_U64 = struct.Struct(">BQ")
+
+
+def encode_head(major_type: int, argument: int) -> bytes:
+    """The shortest (RFC 8949 preferred) head for ``major_type`` 0..7 and ``argument`` 0..2^64-1.
+
+    For byte strings, text, arrays and maps the argument is the length; for major types 0 and 1
+    it is the integer itself (see :func:`encode_int`).
+    """
+    if argument < 24:
+        if argument < 0 or not 0 <= major_type <= 7:
+            raise ValueError(f"no CBOR head for major type {major_type}, argument {argument}")
+        return _SMALL_HEADS[major_type][argument]
+    initial = major_type << 5
+    if not 0 <= major_type <= 7:
+        raise ValueError(f"no CBOR major type {major_type}")
+    if argument < 0x100:
+        return bytes((initial | 24, argument))
+    if argument < 0x10000:
+        return _U16.pack(initial | 25, argument)
+    if argument < 0x100000000:
+        return _U32.pack(initial | 26, argument)
+    if argument < 0x10000000000000000:
+        return _U64.pack(initial | 27, argument)
+    raise ValueError(f"CBOR head argument {argument} does not fit in 64 bits")
+
+
+def encode_int(value: int) -> bytes:
+    """A CBOR integer in -2^64..2^64-1, encoded exactly as cbor2.dumps would."""
+    if value >= 0:
+        return encode_head(0, value)
+    return encode_head(1, -1 - value)
+
+
+def head_size(argument: int) -> int:
+    """Bytes of the shortest head carrying ``argument`` (any major type)."""
+    if argument < 24:
+        return 1
+    if argument < 0x100:
+        return 2
+    if argument < 0x10000:
+        return 3
+    if argument < 0x100000000:
+        return 5
+    return 9
+
+
+def int_size(value: int) -> int:
+    """Bytes of :func:`encode_int` (``value``)."""
+    return head_size(value if value >= 0 else -1 - value)

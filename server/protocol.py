@@ -1,0 +1,674 @@
+"""The sans-IO wire codec of PROTOCOL.md §1–4: requests in, responses out, no sockets.
+
+Modelled on h11/wsproto. The server feeds received bytes to a :class:`ServerConnection` and gets
+events back; it turns answers into bytes through the same object, the one place that knows
+which request ids are unanswered. :class:`ClientConnection` is the mirror image for clients::
+
+    server                                          client
+    conn = ServerConnection(auth_required=False)    conn = ClientConnection()
+    write(conn.greeting(version=..., ...))          conn.receive_data(read())  -> [Greeting]
+                                                    rid, frame = conn.encode_request("ping")
+    for event in conn.receive_data(read()):         write(frame)
+        Request           -> write(conn.respond(event.id, result))
+        RejectedRequest   -> write(conn.respond_error(event.id, event.error))
+        ProtocolViolation -> answer what is unanswered, write(conn.protocol_error_frame()), close
+                                                    conn.receive_data(read())  -> [Response]
+
+Rules of the connection state (every one of them lives in this file):
+
+1. The greeting is the first frame the server sends, and is sent once.
+2. A request id is *outstanding* from the moment its request is parsed until its answer is
+   encoded. Parsing a request whose id is outstanding is a protocol error.
+3. Events come out in the order the requests arrived. A ProtocolViolation is always the last
+   event: requests parsed before it are still delivered and must be answered; nothing after it
+   is parsed; the final ``[0, {"code": "ProtocolError", ...}, null]`` frame goes out after
+   every outstanding request is answered, and then the connection is closed.
+4. Before ``auth`` succeeds (``pre_auth``) frames over 4 KiB are protocol errors and at most one
+   request is delivered until it is answered (PROTOCOL §3, "one request at a time"). Bytes after
+   it stay buffered, unparsed, so they are judged by the limit in force once it is answered:
+   call ``receive_data(b"")`` after answering to parse them.
+5. A tag, an odd simple value or a NaN/infinite float inside ``args`` fails that request alone:
+   a RejectedRequest with InvalidArgument naming the top-level argument it sits under.
+
+Errors split as in h11: the peer misbehaving is a ProtocolViolation event carrying the wire
+``ProtocolError``; our own code misusing this API raises :class:`LocalProtocolError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeAlias
+
+import cbor2
+
+from lamina.engine.errors import InvalidArgument, LaminaError, ProtocolError
+
+from .framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAME_HEADER_BYTES,
+    MAX_FRAME_LENGTH,
+    MIN_MAX_FRAME_BYTES,
+    PRE_AUTH_MAX_FRAME_BYTES,
+    FrameReader,
+    decode_item,
+    encode_frame_header,
+    encode_head,
+    encode_int,
+    find_unsupported_value,
+    head_size,
+    int_size,
+)
+
+__all__ = [
+    "AUTH_CONTEXT",
+    "DEFAULT_MAX_INFLIGHT",
+    "DEFAULT_MAX_WAITING",
+    "MAX_REQUEST_ID",
+    "NONCE_BYTES",
+    "PEEK_STATES",
+    "PROTOCOL_VERSION",
+    "SERVER_NAME",
+    "ClientConnection",
+    "ClientEvent",
+    "Delivery",
+    "Greeting",
+    "LocalProtocolError",
+    "PeekEntry",
+    "Peeked",
+    "ProtocolViolation",
+    "RejectedRequest",
+    "Request",
+    "Response",
+    "ServerConnection",
+    "ServerEvent",
+    "auth_signature",
+    "delivery_size",
+    "encode_error_response",
+    "encode_greeting",
+    "encode_message",
+    "encode_peek_response",
+    "encode_protocol_error",
+    "encode_receive_response",
+    "encode_response",
+    "peek_entry_size",
+    "peek_response_overhead",
+    "receive_response_overhead",
+    "verify_auth_signature",
+]
+
+#: PROTOCOL §1 greeting ``protocol``; additions never bump it.
+PROTOCOL_VERSION = 1
+#: PROTOCOL §1 greeting ``server``.
+SERVER_NAME = "lamina"
+#: PROTOCOL §1: the greeting's nonce is 16 random bytes, enough that no two connections share one.
+NONCE_BYTES = 16
+#: PROTOCOL §2: ids fit a signed 64-bit integer, so clients in every language can hold them;
+#: 0 is reserved for frames about the connection (greeting, final protocol error).
+MAX_REQUEST_ID = 2**63 - 1
+#: PROTOCOL §2 defaults, advertised in the greeting.
+DEFAULT_MAX_INFLIGHT = 1024
+DEFAULT_MAX_WAITING = 64
+#: PROTOCOL §4: the states a peeked message can be in.
+PEEK_STATES = frozenset({"active", "inflight", "delayed", "parked", "deleted", "dead"})
+#: PROTOCOL §3: domain separation for the auth HMAC.
+AUTH_CONTEXT = b"lamina-auth-v1"
+
+
+class LocalProtocolError(Exception):
+    """Our own code misused this API (answered an unknown id, greeted twice, ...): a bug here,
+    never the peer's fault, so it is not a LaminaError and never goes on the wire as such."""
+
+
+# --- Events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A well-formed request; answer it with ``respond*``."""
+
+    id: int
+    op: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRequest:
+    """A request already known to fail (a value its args may not carry); answer it with
+    ``respond_error(event.id, event.error)``. The connection carries on."""
+
+    id: int
+    op: str
+    error: LaminaError
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolViolation:
+    """The peer broke PROTOCOL §1–2; always the last event of a connection."""
+
+    error: ProtocolError
+
+    @property
+    def message(self) -> str:
+        return self.error.message
+
+
+@dataclass(frozen=True, slots=True)
+class Greeting:
+    """The server's greeting as a client sees it; unknown greeting keys are ignored."""
+
+    server: str
+    version: str
+    protocol: int
+    auth_required: bool
+    nonce: bytes
+    features: tuple[str, ...]
+    max_frame_bytes: int
+    max_inflight: int
+    max_waiting: int
+    idle_timeout_s: float
+
+
+class Response(NamedTuple):
+    """``[id, error, result]``: exactly one of ``error`` and ``result`` is None. Id 0 after the
+    greeting is the server's final ProtocolError about our bytes; it closes after sending it."""
+
+    id: int
+    error: dict[str, Any] | None
+    result: dict[str, Any] | None
+
+
+ServerEvent: TypeAlias = Request | RejectedRequest | ProtocolViolation
+ClientEvent: TypeAlias = Greeting | Response | ProtocolViolation
+
+#: ``(record, receipt, dequeue_count, first_dequeue_time, next_visible_time)``; ``record`` is the
+#: stored, already-encoded CBOR record (PROTOCOL §4).
+Delivery: TypeAlias = tuple[bytes, bytes, int, int, int]
+#: ``(record, state, dequeue_count, first_dequeue_time, next_visible_time)``.
+Peeked: TypeAlias = tuple[bytes, str, int, int | None, int | None]
+#: A peek entry is a peeked message, or (``ids`` mode) the error map for that id.
+PeekEntry: TypeAlias = Peeked | Mapping[str, Any] | LaminaError
+
+
+# --- Encoding whole frames ---------------------------------------------------------------------
+
+
+def encode_message(item: Any) -> bytes:
+    """One frame holding ``item`` encoded by cbor2."""
+    body = cbor2.dumps(item)
+    return encode_frame_header(len(body)) + body
+
+
+def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
+    """``[id, null, result]``."""
+    return encode_message([request_id, None, result])
+
+
+def encode_error_response(request_id: int, error: LaminaError | Mapping[str, Any]) -> bytes:
+    """``[id, {"code", "message"[, "details"]}, null]``; id 0 for errors about the connection."""
+    wire = error.to_wire() if isinstance(error, LaminaError) else error
+    return encode_message([request_id, wire, None])
+
+
+def encode_protocol_error(message: str) -> bytes:
+    """The server's last frame on a connection that broke the protocol."""
+    return encode_error_response(0, ProtocolError(message))
+
+
+def encode_greeting(
+    *,
+    version: str,
+    auth_required: bool,
+    nonce: bytes,
+    features: Sequence[str],
+    max_frame_bytes: int,
+    max_inflight: int,
+    max_waiting: int,
+    idle_timeout_s: float,
+) -> bytes:
+    """PROTOCOL §1 greeting. Prefer :meth:`ServerConnection.greeting`, which enforces rule 1."""
+    if type(auth_required) is not bool or len(nonce) != NONCE_BYTES:
+        raise LocalProtocolError("greeting needs a bool auth_required and a 16-byte nonce")
+    limits = {
+        "max_frame": max_frame_bytes,
+        "max_inflight": max_inflight,
+        "max_waiting": max_waiting,
+        "idle_timeout": idle_timeout_s,
+    }
+    return encode_message([0, None, {
+        "server": SERVER_NAME, "version": version, "protocol": PROTOCOL_VERSION,
+        "auth": auth_required, "nonce": bytes(nonce), "features": list(features),
+        "limits": limits,
+    }])
+
+
+# --- Splicing stored records into receive and peek responses -----------------------------------
+#
+# A stored record is already one CBOR item (PROTOCOL §4), so a response embedding it is built
+# from hand-written heads around the stored bytes: never decoded, never re-encoded. Every piece
+# is encoded as cbor2.dumps would (shortest heads, dict order), so the output is byte-identical
+# to cbor2.dumps of the decoded structure. Sizes below are exact, for staying under max_frame.
+
+_ARRAY_OF_3 = encode_head(4, 3)
+_ARRAY_OF_5 = encode_head(4, 5)
+_MAP_OF_1 = encode_head(5, 1)
+_MAP_OF_2 = encode_head(5, 2)
+_NULL = cbor2.dumps(None)
+_MESSAGES_KEY = cbor2.dumps("messages")
+_NEXT_KEY = cbor2.dumps("next")
+_STATE_TEXTS = {state: cbor2.dumps(state) for state in PEEK_STATES}
+
+
+def delivery_size(delivery: Delivery) -> int:
+    """Bytes ``delivery`` adds to a receive response."""
+    record, receipt, dequeue_count, first_dequeue_time, next_visible_time = delivery
+    return (len(_ARRAY_OF_5) + len(record) + head_size(len(receipt)) + len(receipt)
+            + int_size(dequeue_count) + int_size(first_dequeue_time) + int_size(next_visible_time))
+
+
+def receive_response_overhead(request_id: int, count: int) -> int:
+    """Bytes of a receive response body besides its ``count`` deliveries (no length prefix):
+    body length = this + sum of :func:`delivery_size`, which must stay <= max_frame."""
+    return (len(_ARRAY_OF_3) + int_size(request_id) + len(_NULL) + len(_MAP_OF_1)
+            + len(_MESSAGES_KEY) + head_size(count))
+
+
+def encode_receive_response(request_id: int, deliveries: Sequence[Delivery]) -> bytes:
+    """The frame ``[id, null, {"messages": [delivery...]}]``, each delivery
+    ``[record, receipt, dequeue_count, first_dequeue_time, next_visible_time]``."""
+    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _MESSAGES_KEY,
+             encode_head(4, len(deliveries))]
+    extend = parts.extend
+    for record, receipt, dequeue_count, first_dequeue_time, next_visible_time in deliveries:
+        extend((_ARRAY_OF_5, record, encode_head(2, len(receipt)), receipt,
+                encode_int(dequeue_count), encode_int(first_dequeue_time),
+                encode_int(next_visible_time)))
+    return _frame_of_parts(parts)
+
+
+def _optional_int(value: int | None) -> bytes:
+    return _NULL if value is None else encode_int(value)
+
+
+def _state_text(state: str) -> bytes:
+    try:
+        return _STATE_TEXTS[state]
+    except KeyError:
+        raise LocalProtocolError(f"peek state {state!r} is not one of {sorted(PEEK_STATES)}") from None
+
+
+def peek_entry_size(entry: PeekEntry) -> int:
+    """Bytes ``entry`` adds to a peek response."""
+    if isinstance(entry, tuple):
+        record, state, dequeue_count, first_dequeue_time, next_visible_time = entry
+        return (len(_ARRAY_OF_5) + len(record) + len(_state_text(state)) + int_size(dequeue_count)
+                + (1 if first_dequeue_time is None else int_size(first_dequeue_time))
+                + (1 if next_visible_time is None else int_size(next_visible_time)))
+    return len(_encode_error_entry(entry))
+
+
+def peek_response_overhead(request_id: int, count: int, next_cursor: Any) -> int:
+    """Bytes of a peek response body besides its ``count`` entries (no length prefix)."""
+    return (len(_ARRAY_OF_3) + int_size(request_id) + len(_NULL) + len(_MAP_OF_2)
+            + len(_MESSAGES_KEY) + head_size(count) + len(_NEXT_KEY) + len(cbor2.dumps(next_cursor)))
+
+
+def _encode_error_entry(entry: Mapping[str, Any] | LaminaError) -> bytes:
+    return cbor2.dumps(entry.to_wire() if isinstance(entry, LaminaError) else entry)
+
+
+def encode_peek_response(request_id: int, entries: Sequence[PeekEntry], next_cursor: Any) -> bytes:
+    """The frame ``[id, null, {"messages": [entry...], "next": next_cursor}]``, each entry
+    ``[record, state, dequeue_count, first_dequeue_time|null, next_visible_time|null]`` or, in
+    ``ids`` mode, an error map (or LaminaError) for an id that failed."""
+    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_2, _MESSAGES_KEY,
+             encode_head(4, len(entries))]
+    for entry in entries:
+        if isinstance(entry, tuple):
+            record, state, dequeue_count, first_dequeue_time, next_visible_time = entry
+            parts.extend((_ARRAY_OF_5, record, _state_text(state), encode_int(dequeue_count),
+                          _optional_int(first_dequeue_time), _optional_int(next_visible_time)))
+        else:
+            parts.append(_encode_error_entry(entry))
+    parts.extend((_NEXT_KEY, cbor2.dumps(next_cursor)))
+    return _frame_of_parts(parts)
+
+
+def _frame_of_parts(parts: list[bytes]) -> bytes:
+    """Join ``parts[1:]`` as a frame body; ``parts[0]`` is the placeholder for the prefix."""
+    parts[0] = encode_frame_header(sum(map(len, parts)))
+    return b"".join(parts)
+
+
+# --- Authentication ----------------------------------------------------------------------------
+
+
+def auth_signature(secret: str, nonce: bytes, key_id: str) -> bytes:
+    """PROTOCOL §3: HMAC-SHA256(secret, b"lamina-auth-v1" || nonce || key_id UTF-8). The nonce
+    binds it to one connection, so a signature seen on the wire cannot be replayed."""
+    message = AUTH_CONTEXT + bytes(nonce) + key_id.encode("utf-8")
+    return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).digest()
+
+
+def verify_auth_signature(secret: str, nonce: bytes, key_id: str, signature: object) -> bool:
+    """Whether ``signature`` is right, compared in constant time (no timing oracle)."""
+    if type(signature) is not bytes:
+        return False
+    return hmac.compare_digest(auth_signature(secret, nonce, key_id), signature)
+
+
+# --- The server's side of one connection -------------------------------------------------------
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class ServerConnection:
+    """The protocol state of one accepted connection (rules 1–5 in the module docstring).
+
+    Not thread-safe; one connection is driven by one reader and its handlers in one trio task
+    tree. ``nonce`` is generated here because it belongs to this connection's greeting and to
+    the ``auth`` check against it.
+    """
+
+    def __init__(
+        self,
+        *,
+        auth_required: bool,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        nonce: bytes | None = None,
+    ) -> None:
+        if not MIN_MAX_FRAME_BYTES <= max_frame_bytes <= MAX_FRAME_LENGTH:
+            raise ValueError(f"max_frame_bytes {max_frame_bytes} outside "
+                             f"{MIN_MAX_FRAME_BYTES}..{MAX_FRAME_LENGTH} (PROTOCOL §1)")
+        if nonce is None:
+            nonce = secrets.token_bytes(NONCE_BYTES)
+        elif len(nonce) != NONCE_BYTES:
+            raise ValueError(f"nonce must be {NONCE_BYTES} bytes")
+        self.auth_required = auth_required
+        self.max_frame_bytes = max_frame_bytes
+        self.nonce = bytes(nonce)
+        self._pre_auth = auth_required
+        self._frames = FrameReader(PRE_AUTH_MAX_FRAME_BYTES if auth_required else max_frame_bytes)
+        self._outstanding: set[int] = set()
+        self._greeted = False
+        self._closed = False
+        self._protocol_error: ProtocolError | None = None
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def pre_auth(self) -> bool:
+        """True until :meth:`authenticated`, when the greeting says auth is required."""
+        return self._pre_auth
+
+    @property
+    def outstanding_count(self) -> int:
+        """Requests delivered and not yet answered; compare with ``max_inflight``."""
+        return len(self._outstanding)
+
+    @property
+    def reading_paused(self) -> bool:
+        """Rule 4: pre-auth with a request unanswered. Stop reading the socket until it is
+        answered: bytes fed meanwhile are buffered unparsed, without bound."""
+        return self._pre_auth and bool(self._outstanding)
+
+    @property
+    def protocol_error(self) -> ProtocolError | None:
+        """The violation that ends this connection, once one has been seen."""
+        return self._protocol_error
+
+    def authenticated(self) -> None:
+        """Leave pre-auth mode after a successful ``auth``: later frames may be up to
+        ``max_frame_bytes`` and requests are no longer delivered one at a time."""
+        if not self._pre_auth:
+            raise LocalProtocolError("authenticated() outside pre-auth mode")
+        self._pre_auth = False
+        self._frames.max_frame_bytes = self.max_frame_bytes
+
+    # -- input -----------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[ServerEvent]:
+        """Feed bytes read from the peer; returns the events they complete (rule 3).
+
+        ``b""`` just parses what is buffered (needed after answering in pre-auth mode).
+        """
+        if self._protocol_error is not None or self._closed:
+            raise LocalProtocolError("receive_data after a ProtocolViolation")
+        self._frames.feed(data)
+        events: list[ServerEvent] = []
+        try:
+            while not self.reading_paused:
+                body = self._frames.next_frame()
+                if body is None:
+                    break
+                events.append(self._parse_request(body))
+        except ProtocolError as exc:
+            self._protocol_error = exc
+            events.append(ProtocolViolation(exc))
+        return events
+
+    def _parse_request(self, body: bytes) -> Request | RejectedRequest:
+        item = decode_item(body)
+        if type(item) is not list or len(item) != 3:
+            raise ProtocolError(f"a request is a CBOR array [id, op, args], not {_brief(item)}")
+        request_id, op, args = item
+        # type() is not int, not isinstance: bool is a subclass of int but never an integer here.
+        if type(request_id) is not int or not 1 <= request_id <= MAX_REQUEST_ID:
+            raise ProtocolError(f"request id must be an integer 1..2^63-1, not {_brief(request_id)}")
+        if type(op) is not str:
+            raise ProtocolError(f"request {request_id}: op must be a text string")
+        if type(args) is not dict or any(type(name) is not str for name in args):
+            raise ProtocolError(f"request {request_id}: args must be a map with text keys")
+        if request_id in self._outstanding:
+            raise ProtocolError(f"request id {request_id} reused while unanswered")
+        self._outstanding.add(request_id)
+        for name, value in args.items():
+            problem = find_unsupported_value(value)
+            if problem is not None:
+                return RejectedRequest(request_id, op, InvalidArgument(name, problem))
+        return Request(request_id, op, args)
+
+    # -- output ----------------------------------------------------------------------------
+
+    def greeting(
+        self,
+        *,
+        version: str,
+        idle_timeout_s: float,
+        features: Sequence[str] = (),
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+    ) -> bytes:
+        """The greeting: the first frame this connection sends (rule 1)."""
+        if self._greeted:
+            raise LocalProtocolError("the greeting was already sent")
+        self._greeted = True
+        return encode_greeting(
+            version=version, auth_required=self.auth_required, nonce=self.nonce,
+            features=features, max_frame_bytes=self.max_frame_bytes, max_inflight=max_inflight,
+            max_waiting=max_waiting, idle_timeout_s=idle_timeout_s,
+        )
+
+    def respond(self, request_id: int, result: Mapping[str, Any]) -> bytes:
+        """Answer ``request_id`` with success."""
+        return self._answer(request_id, encode_response(request_id, result))
+
+    def respond_error(self, request_id: int, error: LaminaError) -> bytes:
+        """Answer ``request_id`` with failure."""
+        return self._answer(request_id, encode_error_response(request_id, error))
+
+    def respond_receive(self, request_id: int, deliveries: Sequence[Delivery]) -> bytes:
+        """Answer a ``receive``, splicing stored records (see :func:`encode_receive_response`)."""
+        return self._answer(request_id, encode_receive_response(request_id, deliveries))
+
+    def respond_peek(self, request_id: int, entries: Sequence[PeekEntry], next_cursor: Any) -> bytes:
+        """Answer a ``peek``, splicing stored records (see :func:`encode_peek_response`)."""
+        return self._answer(request_id, encode_peek_response(request_id, entries, next_cursor))
+
+    def _answer(self, request_id: int, frame: bytes) -> bytes:
+        self._check_can_send()
+        if request_id not in self._outstanding:
+            raise LocalProtocolError(f"request {request_id} is not awaiting an answer")
+        if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
+            # Still outstanding: the caller can answer it with a smaller (error) response.
+            raise LocalProtocolError(f"response to request {request_id} is "
+                                     f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame")
+        self._outstanding.discard(request_id)
+        return frame
+
+    def protocol_error_frame(self, message: str | None = None) -> bytes:
+        """The final ``[0, ProtocolError, null]`` frame; close the connection after sending it.
+
+        ``message`` defaults to the violation's. Rule 3: every request delivered before the
+        violation must be answered first.
+        """
+        self._check_can_send()
+        if message is None:
+            if self._protocol_error is None:
+                raise LocalProtocolError("no protocol error to report; pass a message")
+            message = self._protocol_error.message
+        if self._outstanding:
+            raise LocalProtocolError(f"{len(self._outstanding)} requests read before the "
+                                     "protocol error are still unanswered")
+        self._closed = True
+        return encode_protocol_error(message)
+
+    def _check_can_send(self) -> None:
+        if not self._greeted:
+            raise LocalProtocolError("the greeting must be the first frame sent")
+        if self._closed:
+            raise LocalProtocolError("the final protocol error frame was already sent")
+
+
+# --- The client's side of one connection -------------------------------------------------------
+
+
+def _parse_greeting(result: Any) -> Greeting:
+    """Check a greeting's known keys; unknown keys are ignored (PROTOCOL §1)."""
+    if type(result) is not dict or type(result.get("limits")) is not dict:
+        raise ProtocolError("the greeting must be a map with a limits map")
+    limits = result["limits"]
+
+    def field(source: dict[Any, Any], key: str, *types: type) -> Any:
+        value = source.get(key)
+        if type(value) not in types:
+            raise ProtocolError(f"greeting {key!r} is missing or mistyped: {_brief(value)}")
+        return value
+
+    if field(result, "protocol", int) != PROTOCOL_VERSION:
+        raise ProtocolError(f"server speaks protocol {result['protocol']}, not {PROTOCOL_VERSION}")
+    nonce = field(result, "nonce", bytes)
+    features = field(result, "features", list)
+    if len(nonce) != NONCE_BYTES or any(type(name) is not str for name in features):
+        raise ProtocolError("greeting nonce must be 16 bytes and features text strings")
+    return Greeting(
+        server=field(result, "server", str),
+        version=field(result, "version", str),
+        protocol=PROTOCOL_VERSION,
+        auth_required=field(result, "auth", bool),
+        nonce=nonce,
+        features=tuple(features),
+        max_frame_bytes=field(limits, "max_frame", int),
+        max_inflight=field(limits, "max_inflight", int),
+        max_waiting=field(limits, "max_waiting", int),
+        idle_timeout_s=field(limits, "idle_timeout", int, float),
+    )
+
+
+class ClientConnection:
+    """The protocol state of one client connection: ids, the greeting, responses.
+
+    Ids count up from 1, so none is ever reused. Frames from the server obey the same framing
+    rules as requests, with this client's own ``max_frame_bytes`` as the limit; set it at least
+    as high as the servers' ``max_frame`` (both default to 16 MiB).
+    """
+
+    def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._frames = FrameReader(max_frame_bytes)
+        self.greeting: Greeting | None = None
+        self._next_id = 1
+        self._outstanding: set[int] = set()
+        self._server_closed = False
+        self._protocol_error: ProtocolError | None = None
+
+    @property
+    def outstanding_count(self) -> int:
+        """Requests encoded and not yet answered."""
+        return len(self._outstanding)
+
+    @property
+    def protocol_error(self) -> ProtocolError | None:
+        """The server's violation that ended this connection, once seen."""
+        return self._protocol_error
+
+    def encode_request(self, op: str, args: Mapping[str, Any] | None = None) -> tuple[int, bytes]:
+        """``(id, frame)`` for ``[id, op, args]``.
+
+        Refuses a frame over the server's ``max_frame`` (2 MiB, the guaranteed minimum, until
+        the greeting is in), which would only earn a protocol error and a closed connection.
+        """
+        if self._protocol_error is not None or self._server_closed:
+            raise LocalProtocolError("the connection is closing; open a new one")
+        args = {} if args is None else dict(args)
+        if type(op) is not str or any(type(name) is not str for name in args):
+            raise LocalProtocolError("op and argument names must be str")
+        if self._next_id > MAX_REQUEST_ID:
+            raise LocalProtocolError("request ids exhausted; open a new connection")
+        request_id = self._next_id
+        frame = encode_message([request_id, op, args])
+        limit = self.greeting.max_frame_bytes if self.greeting else MIN_MAX_FRAME_BYTES
+        if len(frame) - FRAME_HEADER_BYTES > limit:
+            raise LocalProtocolError(f"{op} request is {len(frame) - FRAME_HEADER_BYTES} bytes, "
+                                     f"over the server's max_frame {limit}")
+        self._next_id += 1
+        self._outstanding.add(request_id)
+        return request_id, frame
+
+    def receive_data(self, data: bytes) -> list[ClientEvent]:
+        """Feed bytes read from the server; returns the greeting and responses they complete,
+        ending with a ProtocolViolation if the server broke the protocol."""
+        if self._protocol_error is not None:
+            raise LocalProtocolError("receive_data after a ProtocolViolation")
+        self._frames.feed(data)
+        events: list[ClientEvent] = []
+        try:
+            while (body := self._frames.next_frame()) is not None:
+                events.append(self._parse_frame(body))
+        except ProtocolError as exc:
+            self._protocol_error = exc
+            events.append(ProtocolViolation(exc))
+        return events
+
+    def _parse_frame(self, body: bytes) -> Greeting | Response:
+        item = decode_item(body)
+        if type(item) is not list or len(item) != 3:
+            raise ProtocolError(f"a server frame is an array [id, error, result], not {_brief(item)}")
+        response_id, error, result = item
+        if type(response_id) is not int or not 0 <= response_id <= MAX_REQUEST_ID:
+            raise ProtocolError(f"response id must be an integer 0..2^63-1, not {_brief(response_id)}")
+        if self._server_closed:
+            raise ProtocolError("frame after the server's final error")
+        if self.greeting is None:
+            if response_id != 0 or error is not None:
+                raise ProtocolError(f"expected the greeting, got {_brief(item)}")
+            self.greeting = _parse_greeting(result)
+            return self.greeting
+        if error is None:
+            if response_id == 0 or type(result) is not dict:
+                raise ProtocolError(f"response {response_id}: a success needs a request id and a result map")
+        elif (type(error) is not dict or type(error.get("code")) is not str
+              or type(error.get("message")) is not str or result is not None):
+            raise ProtocolError(f"response {response_id}: malformed error {_brief(error)}")
+        if response_id == 0:
+            self._server_closed = True
+        elif response_id in self._outstanding:
+            self._outstanding.discard(response_id)
+        else:
+            raise ProtocolError(f"response to request {response_id}, which is not awaiting one")
+        return Response(response_id, error, result)

@@ -1,0 +1,282 @@
+"""Specification of PROTOCOL.md §1 at the byte level: frames, strict CBOR items, CBOR heads."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import cbor2
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lamina.engine.errors import ProtocolError
+from lamina.server.framing import (
+    MAX_NESTING_DEPTH,
+    CBORTagged,
+    FrameReader,
+    decode_item,
+    encode_frame_header,
+    encode_head,
+    encode_int,
+    find_unsupported_value,
+    head_size,
+    int_size,
+)
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def tag_head(number: int) -> bytes:
+    return encode_head(6, number)
+
+
+# --- CBOR heads ----------------------------------------------------------------------------------
+
+BOUNDARIES = [0, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1]
+
+
+@pytest.mark.parametrize("argument", BOUNDARIES)
+def test_unsigned_head_is_shortest_form_like_cbor2(argument: int) -> None:
+    assert encode_head(0, argument) == cbor2.dumps(argument)
+    assert head_size(argument) == len(cbor2.dumps(argument))
+
+
+@pytest.mark.parametrize(
+    ("argument", "first_byte_low_bits", "size"),
+    [(0, 0, 1), (23, 23, 1), (24, 24, 2), (255, 24, 2), (256, 25, 3), (65535, 25, 3),
+     (65536, 26, 5), (2**32 - 1, 26, 5), (2**32, 27, 9), (2**64 - 1, 27, 9)],
+)
+@pytest.mark.parametrize("major_type", range(8))
+def test_head_carries_major_type_and_big_endian_argument(
+    major_type: int, argument: int, first_byte_low_bits: int, size: int
+) -> None:
+    head = encode_head(major_type, argument)
+    assert len(head) == size
+    assert head[0] == major_type << 5 | first_byte_low_bits
+    assert int.from_bytes(head[1:] or bytes([argument]), "big") == argument
+
+
+@pytest.mark.parametrize("length", [0, 1, 23, 24, 255, 256, 65535, 65536, 70000])
+def test_length_heads_match_cbor2_strings_and_arrays(length: int) -> None:
+    for major_type, value in ((2, bytes(length)), (3, "a" * length), (4, [0] * length),
+                              (5, {i: 0 for i in range(length)})):
+        head = encode_head(major_type, length)
+        assert cbor2.dumps(value)[: len(head)] == head
+
+
+@given(st.integers(min_value=-(2**64), max_value=2**64 - 1))
+def test_encode_int_matches_cbor2_over_the_whole_range(value: int) -> None:
+    assert encode_int(value) == cbor2.dumps(value)
+    assert int_size(value) == len(cbor2.dumps(value))
+
+
+@pytest.mark.parametrize(("major_type", "argument"), [(0, 2**64), (0, -1), (8, 1), (8, 100), (-1, 0)])
+def test_head_outside_cbor_range_is_refused(major_type: int, argument: int) -> None:
+    with pytest.raises(ValueError):
+        encode_head(major_type, argument)
+
+
+@pytest.mark.parametrize("length", [0, 2**32])
+def test_frame_header_refuses_unrepresentable_lengths(length: int) -> None:
+    with pytest.raises(ValueError):
+        encode_frame_header(length)
+
+
+# --- Cutting frames out of the stream ----------------------------------------------------------
+
+
+def test_zero_length_frame_is_protocol_error_without_body() -> None:
+    reader = FrameReader(1024)
+    reader.feed(b"\x00\x00\x00\x00")
+    with pytest.raises(ProtocolError, match="zero-length"):
+        reader.next_frame()
+
+
+def test_oversized_length_is_protocol_error_from_header_alone() -> None:
+    reader = FrameReader(1024)
+    reader.feed(struct.pack(">I", 1025))  # no body byte has arrived
+    with pytest.raises(ProtocolError, match="exceeds max_frame 1024"):
+        reader.next_frame()
+
+
+def test_frame_of_exactly_max_length_is_accepted() -> None:
+    reader = FrameReader(10)
+    reader.feed(frame(b"0123456789"))
+    assert reader.next_frame() == b"0123456789"
+
+
+def test_frame_split_across_many_reads() -> None:
+    reader = FrameReader(1024)
+    data = frame(b"abcdefgh")
+    for byte in data[:-1]:
+        reader.feed(bytes([byte]))
+        assert reader.next_frame() is None
+    reader.feed(data[-1:])
+    assert reader.next_frame() == b"abcdefgh"
+    assert reader.next_frame() is None
+    assert reader.buffered_bytes == 0
+
+
+def test_several_frames_in_one_read_come_out_in_order() -> None:
+    reader = FrameReader(1024)
+    reader.feed(frame(b"one") + frame(b"two") + frame(b"three")[:5])
+    assert [reader.next_frame(), reader.next_frame(), reader.next_frame()] == [b"one", b"two", None]
+    assert reader.buffered_bytes == 5
+    reader.feed(frame(b"three")[5:])
+    assert reader.next_frame() == b"three"
+
+
+def test_reader_stays_failed_after_a_bad_header() -> None:
+    reader = FrameReader(1024)
+    reader.feed(b"\x00\x00\x00\x00" + frame(b"fine"))
+    with pytest.raises(ProtocolError):
+        reader.next_frame()
+    reader.feed(frame(b"also fine"))
+    with pytest.raises(ProtocolError):
+        reader.next_frame()
+
+
+def test_lowered_limit_applies_to_the_next_header() -> None:
+    reader = FrameReader(1024)
+    reader.feed(frame(b"x" * 100) + frame(b"y" * 100))
+    assert reader.next_frame() == b"x" * 100
+    reader.max_frame_bytes = 99
+    with pytest.raises(ProtocolError):
+        reader.next_frame()
+
+
+# --- One strict CBOR item ----------------------------------------------------------------------
+
+
+def test_well_formed_item_decodes() -> None:
+    assert decode_item(cbor2.dumps([1, "op", {"a": b"b"}])) == [1, "op", {"a": b"b"}]
+
+
+@pytest.mark.parametrize("trailing", [b"\x00", b"\x18", b"\x81", b"\xff", bytes(1000)])
+def test_trailing_bytes_after_item_are_protocol_error(trailing: bytes) -> None:
+    with pytest.raises(ProtocolError, match="trailing"):
+        decode_item(cbor2.dumps([1, "ping", {}]) + trailing)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x83\x01",  # truncated array
+        b"\x1c",  # reserved additional information
+        b"\xff",  # a lone break code
+        b"\xf8\x14",  # two-byte encoding of a simple value below 32
+        b"\x62\xc3\x28",  # text string with invalid UTF-8
+        b"\x5a\xff\xff\xff\xff\x00",  # byte string claiming 4 GiB
+    ],
+)
+def test_malformed_cbor_is_protocol_error(body: bytes) -> None:
+    with pytest.raises(ProtocolError, match="malformed"):
+        decode_item(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\x9f\x01\xff", b"\xbf\x61a\x01\xff", b"\x5f\x41a\xff", b"\x7f\x61a\xff",
+     b"\x81\x9f\xff"],
+)
+def test_indefinite_length_items_are_protocol_error(body: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_item(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xa2\x01\x00\xf5\x00",  # {1: 0, true: 0}
+        b"\xa2\xf5\x00\x01\x00",  # {true: 0, 1: 0}
+        b"\xa2\x01\x00\xf9\x3c\x00\x00",  # {1: 0, 1.0 (half float): 0}
+        b"\xa2\xf5\x00\xfb\x3f\xf0\x00\x00\x00\x00\x00\x00\x00",  # {true: 0, 1.0: 0}
+        b"\xa2\x61a\x00\x61a\x00",  # {"a": 0, "a": 0}
+        b"\x81\xa1\x61x\xa2\x00\x00\xf9\x00\x00\x00",  # [{"x": {0: 0, 0.0: 0}}]: nested
+    ],
+)
+def test_duplicate_keys_one_and_true_are_protocol_error(body: bytes) -> None:
+    with pytest.raises(ProtocolError, match="[Dd]uplicate"):
+        decode_item(body)
+
+
+def test_text_and_byte_string_keys_are_different_keys() -> None:
+    assert decode_item(b"\xa2\x61a\x00\x41a\x01") == {"a": 0, b"a": 1}
+
+
+def _arrays_around_scalar(depth: int) -> bytes:
+    """Deepest item (the scalar) at ``depth``; the outermost item is depth 1."""
+    return b"\x81" * (depth - 1) + b"\x01"
+
+
+def _arrays_around_empty_array(depth: int) -> bytes:
+    return b"\x81" * (depth - 1) + b"\x80"
+
+
+def _maps_around_scalar(depth: int) -> bytes:
+    return b"\xa1\x61k" * (depth - 1) + b"\x01"
+
+
+@pytest.mark.parametrize("shape", [_arrays_around_scalar, _arrays_around_empty_array, _maps_around_scalar])
+def test_nested_depth_32_accepted_33_rejected(shape) -> None:  # type: ignore[no-untyped-def]
+    assert MAX_NESTING_DEPTH == 32
+    decode_item(shape(32))
+    with pytest.raises(ProtocolError, match="nesting deeper than 32"):
+        decode_item(shape(33))
+
+
+def test_a_tag_counts_as_a_nesting_level() -> None:
+    assert decode_item(b"\x81" * 30 + tag_head(42) + b"\x01") is not None  # scalar at depth 32
+    with pytest.raises(ProtocolError):
+        decode_item(b"\x81" * 31 + tag_head(42) + b"\x01")  # scalar at depth 33
+
+
+@pytest.mark.parametrize(
+    ("number", "content"),
+    [(2, b"\x41\x01"), (3, b"\x41\x01"), (0, b"\x61a"), (1, b"\x01"), (28, b"\x01"),
+     (29, b"\x00"), (55799, b"\x01"), (42, b"\x01"), (2**32, b"\x01"), (256, b"\x01")],
+)
+def test_every_tag_decodes_to_a_marker_never_to_its_content(number: int, content: bytes) -> None:
+    [marker] = decode_item(b"\x81" + tag_head(number) + content)
+    assert isinstance(marker, CBORTagged) and marker.tag == number
+
+
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_decode_or_raise_only_protocol_error(body: bytes) -> None:
+    try:
+        decode_item(body)
+    except ProtocolError:
+        pass
+
+
+# --- Values a request may not carry ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\xf9\x7e\x00", b"\xfa\x7f\xc0\x00\x00", b"\xfb\x7f\xf8\x00\x00\x00\x00\x00\x00",  # NaN
+     b"\xf9\x7c\x00", b"\xf9\xfc\x00", b"\xfb\x7f\xf0\x00\x00\x00\x00\x00\x00"],  # +-inf
+)
+def test_nan_and_infinite_floats_are_unsupported_at_every_width(body: bytes) -> None:
+    value = decode_item(body)
+    assert not math.isfinite(value)
+    assert "finite" in (find_unsupported_value([1, {"x": value}]) or "")
+
+
+@pytest.mark.parametrize("body", [b"\xe0", b"\xf0", b"\xf7", b"\xf8\x20", b"\xf8\xff"])
+def test_simple_values_other_than_true_false_null_are_unsupported(body: bytes) -> None:
+    assert find_unsupported_value({"x": [decode_item(body)]}) is not None
+
+
+def test_tag_as_nested_map_key_is_unsupported() -> None:
+    value = decode_item(b"\xa1" + tag_head(2) + b"\x41\x01" + b"\x00")
+    assert find_unsupported_value(value) == "CBOR tag 2 is not allowed"
+
+
+def test_plain_values_are_supported() -> None:
+    plain = decode_item(cbor2.dumps([True, False, None, 1, -1, 1.5, -0.0, "t", b"b", [], {},
+                                     {1: [2**64 - 1, -(2**64)]}, {(1, 2): 0}]))
+    assert find_unsupported_value(plain) is None

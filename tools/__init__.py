@@ -1,0 +1,1 @@
+"""Lamina tools: the CLI, offline inspection, the Spark data source."""
