@@ -127,7 +127,7 @@ class EngineCore:
             seq = keys.lease_key_decode(key)[2]
             t.leases[seq] = lease
             if lease.state == LEASED:
-                heapq.heappush(self._wake_heap, (lease.due, q.id, tag_id))
+                self._register_wake(q, t, lease.due)
         q.tags[tag_id] = t
         q.tag_names[t.name.lower()] = tag_id
         for lane in q.lanes_used:
@@ -432,4 +432,20 @@ class EngineCore:
         if lease.state == LEASED:
             store.put(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq),
                       bytes((lease.lane,)))
-            heapq.heappush(self._wake_heap, (lease.due, q.id, t.id))
+            if lease.due < t.next_wake or t.next_wake < 0:
+                self._register_wake(q, t, lease.due)
+
+    def _register_wake(self, q: QueueState, t: TagState, due: int) -> None:
+        """Keep one wake-up per tag registered: the earliest lease deadline known. The heap
+        holds at most the registrations made since the last ``process_deadlines``."""
+        if t.next_wake < 0 or due < t.next_wake:
+            t.next_wake = due
+            heapq.heappush(self._wake_heap, (due, q.id, t.id))
+
+    def _reschedule_tag_wake(self, q: QueueState, t: TagState, now: int) -> None:
+        """After the tag's wake-up fired: register the first lease deadline after ``now``."""
+        t.next_wake = -1
+        lower = keys.timer_key(q.id, t.id, now + 1, 0)
+        it = Store.scan(self._store.timers, lower, keys.tag_scope_bounds(q.id, t.id)[1])
+        if it.valid():
+            self._register_wake(q, t, keys.timer_key_decode(it.key())[2])

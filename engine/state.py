@@ -86,7 +86,7 @@ class TagState:
 
     __slots__ = (
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
-        "delay_seq", "lease_counter", "leases",
+        "delay_seq", "lease_counter", "leases", "next_wake",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -102,6 +102,7 @@ class TagState:
         self.delay_seq = 0
         self.lease_counter = 0
         self.leases: dict[int, Lease] = {}
+        self.next_wake = -1  # the lease deadline registered for wake-ups, -1 none
 
     def definition(self) -> dict[str, Any]:
         return {"name": self.name, "start": self.start_ms, "start_seq": self.start_seq,

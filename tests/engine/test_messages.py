@@ -348,3 +348,27 @@ def test_gone_seq_advances_as_messages_end(engine, q, clock):
     assert engine.get_queue(q).stats["messages"] == 3
     engine.delete(q, [d.receipt for d in leased[1:]])
     assert engine.get_queue(q).stats["messages"] == 0
+
+
+def test_deadlines_report_lease_expiry_and_delay_end(engine, q, clock):
+    assert engine.next_deadline() is None
+    start = clock.now_ms
+    engine.send(q, [b"a", {1: b"later", 5: 3}])
+    assert engine.next_deadline() == start + 3000
+    engine.receive(q, visibility_timeout=2)
+    assert engine.next_deadline() == start + 2000
+    assert engine.process_deadlines() == []
+    clock.advance(2000)
+    assert engine.process_deadlines() == [("q", "default")]
+    assert engine.next_deadline() == start + 3000
+    clock.advance(1000)
+    assert engine.process_deadlines() == [("q", None)]
+    assert engine.next_deadline() is None
+    assert len(engine.receive(q, max=10)) == 2
+
+
+def test_deadline_registrations_do_not_grow_with_leases(engine, q):
+    engine.send(q, [b"m"] * 500)
+    for _ in range(50):
+        engine.receive(q, max=10)
+    assert len(engine._wake_heap) <= 2
