@@ -7,7 +7,9 @@ from typing import Any, Mapping
 import cbor2
 
 from . import keys
-from .core import DEFAULT_TAG, EngineCore
+from .core import DEFAULT_TAG
+from .grants import PERMISSIONS, GrantOps
+from .tagging import TagOps
 from .errors import (
     InvalidArgument,
     InvalidRedrivePolicy,
@@ -30,14 +32,15 @@ from .validation import (
 MAX_LIST_LIMIT = 1000
 
 
-class AdminOps(EngineCore):
+class AdminOps(GrantOps, TagOps):
     """Operations on queues as a whole."""
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
-                     key: str | None = None) -> QueueInfo:
+                     caller: str | None = None) -> QueueInfo:
         """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
         with self._operation() as now:
             check_queue_name(queue)
+            self._check(caller, "manage", queue)
             resolved = merge_queue_attributes(default_queue_attributes(), attributes)
             existing_id = self._queue_names.get(queue.lower())
             if existing_id is not None:
@@ -46,7 +49,7 @@ class AdminOps(EngineCore):
                     return QueueInfo(existing.name, dict(existing.attributes), existing.created)
                 raise QueueAlreadyExists(f"queue: {existing.name!r} exists with other "
                                          "attributes or another letter case", field="queue")
-            self._check_redrive(queue, resolved["redrive"])
+            self._check_redrive(queue, resolved["redrive"], caller)
             if len(self._queues) >= self.max_queues:
                 raise TooManyQueues(f"queue: the server holds max_queues {self.max_queues}")
             queue_id = self._next_queue_id
@@ -59,30 +62,17 @@ class AdminOps(EngineCore):
             self._queues[queue_id] = q
             self._queue_names[queue.lower()] = queue_id
             self._add_tag(q, DEFAULT_TAG, 0, 0, None, now)
+            if caller is not None:  # the creator gets all five permissions on its queue
+                self._store_grant(caller, queue.lower(), PERMISSIONS)
             return QueueInfo(queue, dict(resolved), now)
 
-    def _add_tag(self, q: QueueState, name: str, start_ms: int, start_seq: int,
-                 filter: Any, now: int) -> TagState:
-        store = self._store
-        tag_id = self._next_tag_id
-        self._next_tag_id += 1
-        store.put(store.meta_h, keys.META_IDS,
-                  keys.u32(self._next_queue_id) + keys.u32(self._next_tag_id))
-        t = TagState(tag_id, name, start_ms, start_seq, filter, now)
-        t.cursors = [start_seq] * len(t.cursors)
-        q.tags[tag_id] = t
-        q.tag_names[name.lower()] = tag_id
-        for lane in q.lanes_used:
-            self._snap_cursor(q, t, lane)
-        q.delayseq_from = min(q.delayseq_from, q.gone_seq)
-        store.put(store.meta_h, keys.tag_def_key(q.id, tag_id), cbor2.dumps(t.definition()))
-        store.put(store.tags_h, keys.tag_key(q.id, tag_id), t.encode_cursors())
-        return t
-
-    def _check_redrive(self, queue: str, redrive: dict[str, Any] | None) -> None:
-        """DESIGN.md §2 dead-letter rules for ``queue`` naming ``redrive``."""
+    def _check_redrive(self, queue: str, redrive: dict[str, Any] | None,
+                       caller: str | None) -> None:
+        """DESIGN.md §2 dead-letter rules for ``queue`` naming ``redrive`` (and ``send`` on the
+        dead-letter queue for the caller)."""
         if redrive is None:
             return
+        self._check(caller, "send", redrive["dlq"], "attributes.redrive.dlq")
         dlq_id = self._queue_names.get(redrive["dlq"].lower())
         if dlq_id is None:
             raise InvalidRedrivePolicy(f"attributes.redrive.dlq: no queue named "
@@ -101,9 +91,10 @@ class AdminOps(EngineCore):
                 raise InvalidRedrivePolicy("attributes.redrive: a dead-letter queue cannot "
                                            "have a redrive policy", field="attributes.redrive")
 
-    def delete_queue(self, queue: str, *, key: str | None = None) -> None:
+    def delete_queue(self, queue: str, *, caller: str | None = None) -> None:
         """Remove a queue, its tags and all its data; policies naming it as DLQ are removed."""
         with self._operation():
+            self._check(caller, "manage", queue)
             q = self._queue(queue)
             store = self._store
             lower, upper = keys.queue_bounds(q.id)
@@ -116,6 +107,7 @@ class AdminOps(EngineCore):
             store.delete_range(store.meta_h, *keys.tag_def_bounds(q.id))
             del self._queues[q.id]
             del self._queue_names[q.name.lower()]
+            self._drop_grants_on(q.name)
             for other in self._queues.values():
                 policy = other.attributes["redrive"]
                 if policy is not None and policy["dlq"].lower() == q.name.lower():
@@ -124,7 +116,7 @@ class AdminOps(EngineCore):
                               cbor2.dumps(other.definition()))
 
     def list_queues(self, prefix: str | None = None, after: str | None = None,
-                    limit: int = MAX_LIST_LIMIT, *, key: str | None = None) -> QueuePage:
+                    limit: int = MAX_LIST_LIMIT, *, caller: str | None = None) -> QueuePage:
         """Queue names ordered by lower-cased name; ``next`` is the ``after`` of the next page."""
         with self._operation():
             if prefix is not None and (not isinstance(prefix, str) or len(prefix) > 64):
@@ -142,30 +134,35 @@ class AdminOps(EngineCore):
             for name_key, value in Store.items(self._store.meta, lower, upper):
                 if not name_key.startswith(prefix_key):
                     break
+                name = self._queues[keys.read_u32(value)].name
+                if not self._may(caller, "peek", name):
+                    continue
                 if len(names) == limit:
                     more = True
                     break
-                names.append(self._queues[keys.read_u32(value)].name)
+                names.append(name)
             return QueuePage(names, names[-1] if more else None)
 
-    def get_queue(self, queue: str, *, key: str | None = None) -> QueueInfo:
+    def get_queue(self, queue: str, *, caller: str | None = None) -> QueueInfo:
         """Attributes, creation time and the stats of DESIGN.md §8."""
         with self._operation() as now:
+            self._check(caller, "peek", queue)
             q = self._queue(queue)
             self._advance(q, now)
             self._settle(q, now)
             return QueueInfo(q.name, dict(q.attributes), q.created, self._stats(q, now))
 
     def set_queue_attributes(self, queue: str, attributes: Mapping[str, Any], *,
-                             key: str | None = None) -> dict[str, Any]:
+                             caller: str | None = None) -> dict[str, Any]:
         """Change the given attributes (all rules hold afterwards, else nothing changes)."""
         with self._operation() as now:
+            self._check(caller, "manage", queue)
             q = self._queue(queue)
             if not isinstance(attributes, Mapping):
                 raise InvalidArgument("attributes", "must be a map")
             merged = merge_queue_attributes(q.attributes, attributes)
             if merged["redrive"] != q.attributes["redrive"]:
-                self._check_redrive(q.name, merged["redrive"])
+                self._check_redrive(q.name, merged["redrive"], caller)
             self._advance(q, now)
             q.attributes = merged
             q.oldest_live_ms = -1 if q.expired_seq >= q.next_seq else q.oldest_live_ms
@@ -176,9 +173,10 @@ class AdminOps(EngineCore):
             self._settle(q, now)
             return dict(merged)
 
-    def purge_queue(self, queue: str, *, key: str | None = None) -> int:
+    def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
         """Every message produced so far is gone for every tag; -> how many were retained."""
         with self._operation() as now:
+            self._check(caller, "manage", queue)
             q = self._queue(queue)
             self._advance(q, now)
             self._settle(q, now)

@@ -20,7 +20,7 @@ import heapq
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import cbor2
 
@@ -29,7 +29,16 @@ from .clock import Clock, EngineClock, wall_clock_ms
 from .errors import InternalError, LaminaError, QueueNotFound, TagNotFound, Unavailable
 from .receipts import ReceiptCodec, load_or_create_key
 from .records import PREFIX
-from .state import LANE_RANGE, LEASED, Lease, QueueState, Segment, TagState
+from .state import (
+    DEAD_MARK,
+    DEFAULT_LANE,
+    LANE_RANGE,
+    LEASED,
+    Lease,
+    QueueState,
+    Segment,
+    TagState,
+)
 from .store import Store
 from .validation import check_name
 
@@ -44,7 +53,13 @@ SEGMENT_MAX_AGE_MS = 3600_000
 
 class EngineCore:
     """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
-    time (the server runs every operation on its event loop thread)."""
+    time (the server runs every operation on its event loop thread).
+
+    ``_topic_head_ended`` and ``_in_scope`` come from ``TopicOps`` (topics.py), which every
+    concrete engine mixes in."""
+
+    if TYPE_CHECKING:
+        def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
@@ -60,6 +75,7 @@ class EngineCore:
         self._store = Store(path / "db")
         self._source = clock or wall_clock_ms
         self._clock = EngineClock(self._source)
+        self._now = 0
         self._group_depth = 0
         self._group_failed = False
         self._unsynced = False
@@ -88,6 +104,8 @@ class EngineCore:
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
         self._queues: dict[int, QueueState] = {}
         self._queue_names: dict[str, int] = {}
+        self._grant_cache = None  # caches of meta rows, filled on first use
+        self._topic_ids = None
         self._wake_heap: list[tuple[int, int, int]] = []  # (due_ms, queue, tag or 0 = all)
         for key, value in Store.items(meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
             self._load_queue(keys.queue_def_id(key), cbor2.loads(value))
@@ -128,6 +146,11 @@ class EngineCore:
             t.leases[seq] = lease
             if lease.state == LEASED:
                 self._register_wake(q, t, lease.due)
+                if lease.lane == DEFAULT_LANE:  # a topic head? (the lowest leased one is)
+                    stored = store.log.get(keys.log_key(q.id, lease.lane, seq))
+                    topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
+                    if 0 < topic_id < DEAD_MARK and topic_id not in t.locked:
+                        t.lock(topic_id, seq)
         q.tags[tag_id] = t
         q.tag_names[t.name.lower()] = tag_id
         for lane in q.lanes_used:
@@ -142,7 +165,7 @@ class EngineCore:
         """Frame of every public operation: yields ``now``; commits unless inside a group."""
         if self._closed:
             raise Unavailable("the engine is closed")
-        now = self._clock.now()
+        now = self._now = self._clock.now()
         if self._store.pending:
             # Operation boundary: what earlier operations of a group wrote becomes readable.
             # Reads inside an operation never depend on its own (unwritten) changes.
@@ -329,11 +352,13 @@ class EngineCore:
         store = self._store
         for t in q.tags.values():
             below = [seq for seq in t.leases if seq < gone]
-            for seq in below:
+            for seq in sorted(below):
                 lease = t.leases.pop(seq)
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
                     store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
+            for head in [seq for seq in t.heads if seq < gone]:
+                self._topic_head_ended(q, t, head, self._now)
             moved = False
             for lane in q.lanes_used:
                 if t.cursors[lane] < gone <= q.lane_tail[lane]:
@@ -415,10 +440,13 @@ class EngineCore:
             q.next_delay_wake = -1
 
     def _lease_dropped(self, q: QueueState, t: TagState, seq: int, lease: Lease) -> None:
+        """A LEASED message is Ended for ``t`` (deleted): its rows go; a topic passes on."""
         store = self._store
         del t.leases[seq]
         store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
         store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
+        if seq in t.heads:
+            self._topic_head_ended(q, t, seq, self._now)
 
     def _lease_saved(self, q: QueueState, t: TagState, seq: int, lease: Lease,
                      old_due: int | None) -> None:

@@ -24,7 +24,7 @@ from .core import SEGMENT_MAX_AGE_MS, SEGMENT_MAX_BYTES, SEGMENT_MAX_MESSAGES
 from .messaging import MessagingOps
 
 
-class Engine(AdminOps, MessagingOps):
+class Engine(AdminOps, MessagingOps):  # AdminOps brings GrantOps and TagOps
     """A Lamina data directory, open for reading and writing by one process."""
 
     @classmethod

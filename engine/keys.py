@@ -14,11 +14,15 @@ Column families and their layouts::
                b"Q" | queue:u32                       -> queue definition (CBOR)
                b"W" | queue:u32                       -> watermarks (fixed struct)
                b"T" | queue:u32 | tag:u32             -> tag definition (CBOR)
+               b"P" | queue:u32 | topic utf-8         -> topic id u32
+               b"G" | key id utf-8 | 0 | queue pattern -> permissions (CBOR list)
+               b"D" | queue:u32 | tag:u32 | day:u32   -> daily counters (fixed struct)
     log        queue:u32 | lane:u8 | seq:u64          -> fixed prefix + record (records.py)
     time       queue:u32 | time_ms:u64 | seq:u64      -> b"" (first seq produced at that ms)
     segments   queue:u32 | first_seq:u64              -> segment summary (fixed struct)
     delays     queue:u32 | visible_ms:u64 | seq:u64   -> lane:u8
     delayseq   queue:u32 | seq:u64                    -> visible_ms:u64
+    topics     queue:u32 | topic:u32 | seq:u64        -> enqueue_ms:u64 | visible_ms:u64
     tags       queue:u32 | tag:u32                    -> tag cursors (fixed struct)
     leases     queue:u32 | tag:u32 | seq:u64          -> lease (fixed struct)
     timers     queue:u32 | tag:u32 | due_ms:u64 | seq:u64 -> lane:u8
@@ -95,6 +99,47 @@ def tag_def_bounds(queue: int) -> tuple[bytes, bytes]:
     return _TAGDEF + _U32.pack(queue), _TAGDEF + _U32.pack(queue + 1)
 
 
+_TOPIC = b"P"
+_GRANT = b"G"
+_DAY = b"D"
+
+
+def topic_name_key(queue: int, topic: str) -> bytes:
+    return _TOPIC + _U32.pack(queue) + topic.encode()
+
+
+def topic_names_bounds(queue: int) -> tuple[bytes, bytes]:
+    return _TOPIC + _U32.pack(queue), _TOPIC + _U32.pack(queue + 1)
+
+
+def grant_key(key_id: str, pattern: str) -> bytes:
+    """``b"G" | key id | 0 | pattern``: grants grouped by key (key ids hold no NUL)."""
+    return _GRANT + key_id.encode() + b"\x00" + pattern.encode()
+
+
+def grant_key_decode(key: bytes) -> tuple[str, str]:
+    key_id, _, pattern = key[1:].partition(b"\x00")
+    return key_id.decode(), pattern.decode()
+
+
+GRANTS_LOWER = _GRANT
+GRANTS_UPPER = b"H"
+
+
+def day_key(queue: int, tag: int, day: int) -> bytes:
+    """Daily counters of a tag (``tag`` 0: the queue's sends), ``day`` = days since epoch."""
+    return _DAY + _Q_T.pack(queue, tag) + _U32.pack(day)
+
+
+def day_key_decode(key: bytes) -> tuple[int, int, int]:
+    queue, tag = _Q_T.unpack_from(key, 1)
+    return queue, tag, _U32.unpack_from(key, 9)[0]
+
+
+def day_bounds(queue: int) -> tuple[bytes, bytes]:
+    return _DAY + _U32.pack(queue), _DAY + _U32.pack(queue + 1)
+
+
 # -- log: queue | lane | seq ----------------------------------------------------------------
 
 def log_key(queue: int, lane: int, seq: int) -> bytes:
@@ -161,6 +206,21 @@ def delayseq_key(queue: int, seq: int) -> bytes:
 def delayseq_key_decode(key: bytes) -> tuple[int, int]:
     """-> (queue, seq)"""
     return _Q_S.unpack(key)
+
+
+# -- topics: queue | topic | seq -------------------------------------------------------------
+
+def topic_key(queue: int, topic: int, seq: int) -> bytes:
+    return _Q_T_S.pack(queue, topic, seq)
+
+
+def topic_key_decode(key: bytes) -> tuple[int, int, int]:
+    """-> (queue, topic, seq)"""
+    return _Q_T_S.unpack(key)
+
+
+def topic_bounds(queue: int, topic: int) -> tuple[bytes, bytes]:
+    return _Q_T.pack(queue, topic), _Q_T.pack(queue, topic + 1)
 
 
 # -- tags: queue | tag ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import cbor2
 
 from . import keys
-from .core import EngineCore
+from .topics import TopicOps
 from .errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -36,7 +36,7 @@ from .errors import (
 from .receipts import ReceiptCodec
 from .records import PREFIX, PREFIX_SIZE, cbor_head, cbor_uint, encode_record, message_id
 from .results import Delivery, Sent, VisibilityChanged
-from .state import LEASED, Lease, QueueState, Segment, TagState
+from .state import DEAD_MARK, LEASED, Lease, QueueState, Segment, TagState
 from .store import Store
 from .validation import (
     DEFAULT_PRIORITY,
@@ -127,7 +127,7 @@ def parse_send_entry(entry: object, index: int, q: QueueState) -> _Entry:
     return parsed
 
 
-class MessagingOps(EngineCore):
+class MessagingOps(TopicOps):
     """send / receive / delete / change_visibility and the deadline interface."""
 
     _receipts: ReceiptCodec
@@ -135,9 +135,10 @@ class MessagingOps(EngineCore):
     # -- send -------------------------------------------------------------------------------
 
     def send(self, queue: str, messages: Sequence[Any], *,
-             key: str | None = None) -> list[Sent | LaminaError]:
+             caller: str | None = None) -> list[Sent | LaminaError]:
         """Append messages; per entry a ``Sent`` or the error that refused that entry."""
         with self._operation() as now:
+            self._check(caller, "send", queue)
             q = self._queue(queue)
             messages = check_batch(messages, "messages")
             self._advance(q, now)
@@ -197,7 +198,12 @@ class MessagingOps(EngineCore):
                 visible = now + delay_ms
                 record = encode_record(msg_id, entry.body_cbor, entry.attributes_cbor,
                                        entry.topic, lane, now, visible, md5)
-                value = prefix_pack(now, visible, 0, lane) + record
+                topic_id = 0
+                if entry.topic is not None:
+                    topic_id = self._topic_id(q, entry.topic)
+                    self._index_topic(q, topic_id, seq, now, visible)
+                    written += 1
+                value = prefix_pack(now, visible, topic_id, lane) + record
             capacity -= 1
             q.next_seq = seq + 1
             batch_put(log_key(qid, lane, seq), value, log_h)
@@ -281,12 +287,13 @@ class MessagingOps(EngineCore):
 
     def receive(self, queue: str, tag: str | None = None, max: int = 1,
                 visibility_timeout: float | None = None, *, max_bytes: int | None = None,
-                key: str | None = None) -> list[Delivery]:
+                caller: str | None = None) -> list[Delivery]:
         """Lease up to ``max`` Active messages of ``tag`` (DESIGN.md §2 "Delivery order").
 
         ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
         message that would pass it is not leased. Waiting is the server's business."""
         with self._operation() as now:
+            self._check(caller, "receive", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
@@ -314,9 +321,10 @@ class MessagingOps(EngineCore):
         return seq, lease
 
     def delete(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
-               key: str | None = None) -> list[LaminaError | None]:
+               caller: str | None = None) -> list[LaminaError | None]:
         """End messages for ``tag`` by their current receipts; per receipt None or an error."""
         with self._operation() as now:
+            self._check(caller, "receive", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             receipts = check_batch(receipts, "receipts")
@@ -334,10 +342,11 @@ class MessagingOps(EngineCore):
             return results
 
     def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
-                          *, key: str | None = None) -> list[VisibilityChanged | LaminaError]:
+                          *, caller: str | None = None) -> list[VisibilityChanged | LaminaError]:
         """Per ``[receipt, timeout_s]``: end the lease ``timeout`` from now with a new receipt
         (the old one goes stale); 0 ends it at once -> ``VisibilityChanged(None, now)``."""
         with self._operation() as now:
+            self._check(caller, "receive", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             entries = check_batch(entries, "entries")
@@ -438,7 +447,19 @@ class _Lessor:
         self.room -= needed
         return True
 
-    def _lease(self, seq: int, lane: int, record: bytes, lease: Lease | None) -> None:
+    def _admit(self, seq: int, value: bytes) -> bool:
+        """Scope and topic gate for a message met by a cursor or the delay index: False means
+        pass it (out of scope: Ended for the tag; or parked behind its topic's head)."""
+        enqueue_ms, _, topic_id, _ = PREFIX.unpack_from(value)
+        t = self.t
+        if t.filter is not None or enqueue_ms < t.start_ms or seq < t.start_seq:
+            if not self.engine._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
+                return False
+        if 0 < topic_id < DEAD_MARK:
+            return self.engine._topic_gate(self.q, t, topic_id, seq)
+        return True
+
+    def _lease(self, seq: int, lane: int, value: bytes, lease: Lease | None) -> None:
         t = self.t
         number = t.lease_counter
         t.lease_counter += 1
@@ -450,9 +471,15 @@ class _Lessor:
             lease.count += 1
             lease.due = self.due
             lease.number = number
+            if not lease.first:
+                lease.first = self.now
+        topic_id = PREFIX.unpack_from(value)[2]
+        if 0 < topic_id < DEAD_MARK:
+            t.lock(topic_id, seq)
         self.engine._lease_saved(self.q, t, seq, lease, old_due)
         receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
-        self.out.append(Delivery(record, receipt, lease.count, lease.first, lease.due))
+        self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first,
+                                 lease.due))
 
     def _active_again(self) -> None:
         """Merge expired leases (timers) and ended delays, by (time Active, seq)."""
@@ -481,21 +508,22 @@ class _Lessor:
                 if value is None:
                     self.engine._lease_dropped(q, t, seq, lease)
                     continue
-                record = value[PREFIX_SIZE:]
-                if not self._fits(record):
+                topic_id = PREFIX.unpack_from(value)[2]
+                if 0 < topic_id < DEAD_MARK and t.locked.get(topic_id, seq) != seq:
+                    continue  # waits behind the Inflight head of its topic
+                if not self._fits(value):
                     return
-                self._lease(seq, lane, record, lease)
+                self._lease(seq, lane, value, lease)
             else:
                 visible, seq = delay
                 lane = delays.value()[0]
-                delays.next()
-                if seq >= q.gone_seq and seq >= t.start_seq and seq not in t.leases:
+                if seq >= q.gone_seq and seq not in t.leases:
                     value = log.get(keys.log_key(q.id, lane, seq))
-                    if value is not None:
-                        record = value[PREFIX_SIZE:]
-                        if not self._fits(record):
+                    if value is not None and self._admit(seq, value):
+                        if not self._fits(value):
                             return
-                        self._lease(seq, lane, record, None)
+                        self._lease(seq, lane, value, None)
+                delays.next()
                 t.delay_vt, t.delay_seq = visible, seq
                 self.tag_moved = True
 
@@ -518,11 +546,10 @@ class _Lessor:
                 self.budget -= 1
                 if visible_ms == enqueue_ms:
                     seq = keys.log_seq(it.key())
-                    if seq not in t.leases:
-                        record = value[PREFIX_SIZE:]
-                        if not self._fits(record):
+                    if seq not in t.leases and self._admit(seq, value):
+                        if not self._fits(value):
                             break
-                        self._lease(seq, lane, record, None)
+                        self._lease(seq, lane, value, None)
                 it.next()
             cursor = self.engine._skip_delayed(it, tail) if len(self.out) >= self.count \
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)

@@ -63,3 +63,58 @@ class VisibilityChanged:
 
     receipt: bytes | None
     next_visible_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class TagInfo:
+    """A tag: ``{tag, start, filter, created, stats}`` on the wire (``stats`` in list_tags)."""
+
+    tag: str
+    start: int
+    filter: dict[str, Any] | None
+    created: int
+    stats: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Peeked:
+    """``[record, state, dequeue_count, first_dequeue_time|null, next_visible_time|null]``;
+    ``state`` is one of active, inflight, delayed, parked, deleted, dead."""
+
+    record: bytes
+    state: str
+    dequeue_count: int
+    first_dequeue_time: int | None
+    next_visible_time: int | None
+
+    @cached_property
+    def message(self) -> Message:
+        return Message.decode(self.record)
+
+
+@dataclass(frozen=True, slots=True)
+class PeekPage:
+    """``messages``: peeked entries (with ``ids``: a ``Peeked`` or the error per id);
+    ``next``: the ``after`` cursor of the next page in start mode, else None."""
+
+    messages: list[Any]
+    next: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Rewound:
+    time: int
+    tags: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Redriven:
+    moved: int
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    queue: str
+    key: str
+    permissions: list[str]

@@ -5,8 +5,9 @@ the backlog: the log, the time index and the delay index stay on disk.
 
 Persisted forms (fixed structs, one encoder and decoder each, next to the class they serve):
 
-    watermarks  next_seq | expired_seq | gone_seq | purge_seq                     (4 x u64)
-    tag cursors lane 1..16 cursors | delay position (visible_ms, seq) | leases    (19 x u64)
+    watermarks  next_seq | expired_seq | gone_seq | purge_seq | next topic id      (5 x u64)
+    tag cursors lane 1..16 cursors | delay position (visible_ms, seq) | leases |
+                expiry position (due_ms, seq)                                     (21 x u64)
     lease       state:u8 | lane:u8 | due_ms:u64 | dequeue_count:u32 | first_dequeue_ms:u64 |
                 lease number:u64
     segment     last_seq | first_ms | last_ms | count | bytes                     (5 x u64)
@@ -21,16 +22,21 @@ from typing import Any
 LANES = 16
 LANE_RANGE = range(1, LANES + 1)
 
-_WATERMARKS = struct.Struct(">QQQQ")
-_CURSORS = struct.Struct(">" + "Q" * (LANES + 3))
+_WATERMARKS = struct.Struct(">QQQQQ")
+_CURSORS = struct.Struct(">" + "Q" * (LANES + 5))
 _LEASE = struct.Struct(">BBQIQQ")
 _SEGMENT = struct.Struct(">QQQQQ")
 
 # Lease states. A LEASED message is Inflight while now < due and Active again from due on.
 LEASED = 1
 ENDED_AHEAD = 2  # ended (deleted by id) before any cursor reached it
-ENDED_DEAD = 3   # dead-lettered; kept until gone_seq passes so peek can say "dead"
+ENDED_DEAD = 3   # dead-lettered; kept until gone_seq passes so peek can say "dead";
+                 # ``due`` holds the DLQ's queue id and ``number`` the seq of the DLQ copy
 
+# The prefix's topic field: 0 no topic; 1 .. 2^31-1 a topic id; DEAD_MARK | tag id marks a
+# dead-letter copy and names the tag it died under (so redrive never decodes other records).
+DEAD_MARK = 0x80000000
+DEFAULT_LANE = 8
 
 class Lease:
     """One tag's lease state for one message (a row of the ``leases`` family)."""
@@ -82,11 +88,16 @@ class TagState:
       is exactly ``cursors[lane]`` ("snapped"), so the cursors give an exact floor.
     - ``delay_pos``: every ``delays`` entry ``(visible_ms, seq) <= delay_pos`` has been handled.
     - ``leases`` holds every lease row of the tag (the ``leases`` family is its durable form).
+    - ``locked`` maps a topic to its head (the message successors wait behind) while the head
+      is Inflight or Active again (rebuilt at open from the leases) or found Delayed / not yet
+      delivered (found again by one seek when forgotten); ``heads`` is its inverse.
+    - ``expiry_pos``: every timer row at or below it was checked for a dead-letter move.
     """
 
     __slots__ = (
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
-        "delay_seq", "lease_counter", "leases", "next_wake",
+        "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
+        "expiry_seq",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -103,6 +114,22 @@ class TagState:
         self.lease_counter = 0
         self.leases: dict[int, Lease] = {}
         self.next_wake = -1  # the lease deadline registered for wake-ups, -1 none
+        self.locked: dict[int, int] = {}
+        self.heads: dict[int, int] = {}
+        self.expiry_due = 0
+        self.expiry_seq = 0
+
+    def lock(self, topic: int, head: int) -> None:
+        old = self.locked.get(topic)
+        if old is not None:
+            self.heads.pop(old, None)
+        self.locked[topic] = head
+        self.heads[head] = topic
+
+    def unlock(self, topic: int) -> None:
+        head = self.locked.pop(topic, None)
+        if head is not None:
+            self.heads.pop(head, None)
 
     def definition(self) -> dict[str, Any]:
         return {"name": self.name, "start": self.start_ms, "start_seq": self.start_seq,
@@ -110,12 +137,13 @@ class TagState:
 
     def encode_cursors(self) -> bytes:
         return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,
-                             self.lease_counter)
+                             self.lease_counter, self.expiry_due, self.expiry_seq)
 
     def decode_cursors(self, value: bytes) -> None:
         fields = _CURSORS.unpack(value)
         self.cursors = [0, *fields[:LANES]]
-        self.delay_vt, self.delay_seq, self.lease_counter = fields[LANES:]
+        (self.delay_vt, self.delay_seq, self.lease_counter, self.expiry_due,
+         self.expiry_seq) = fields[LANES:]
 
 
 @dataclass(slots=True)
@@ -130,6 +158,7 @@ class QueueState:
     expired_seq: int = 0
     gone_seq: int = 0
     purge_seq: int = 0
+    next_topic_id: int = 1
     # Last seq of each lane (index 1..16), -1 while the lane is empty.
     lane_tail: list[int] = field(default_factory=lambda: [-1] * (LANES + 1))
     lanes_used: list[int] = field(default_factory=list)  # sorted lanes that ever held a message
@@ -146,10 +175,12 @@ class QueueState:
         return {"name": self.name, "attributes": self.attributes, "created": self.created}
 
     def encode_watermarks(self) -> bytes:
-        return _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq)
+        return _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq,
+                                self.next_topic_id)
 
     def decode_watermarks(self, value: bytes) -> None:
-        self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq = _WATERMARKS.unpack(value)
+        (self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq,
+         self.next_topic_id) = _WATERMARKS.unpack(value)
 
     def tag_named(self, name: str) -> TagState | None:
         tag_id = self.tag_names.get(name.lower())

@@ -26,11 +26,12 @@ from rocksdict import (
 )
 
 COLUMN_FAMILIES = (
-    "meta", "log", "time", "segments", "delays", "delayseq", "tags", "leases", "timers",
+    "meta", "log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
+    "timers",
 )
 # Families whose rows are written and deleted at message rate: tombstones pile up there, so
 # files with many deletions are compacted early.
-CHURN_FAMILIES = ("leases", "timers", "delays", "delayseq")
+CHURN_FAMILIES = ("leases", "timers", "delays", "delayseq", "topics")
 
 
 def _options(name: str | None = None) -> Options:
@@ -66,7 +67,7 @@ def _bounds(lower: bytes, upper: bytes) -> ReadOptions:
 class Scan:
     """A bounded RocksDB iterator that owns its read options (see ``Store`` reads)."""
 
-    __slots__ = ("_options", "_it", "valid", "key", "value", "next")
+    __slots__ = ("_options", "_it", "valid", "key", "value", "next", "prev")
 
     def __init__(self, family: Rdict, lower: bytes, upper: bytes, last: bool):
         self._options = _bounds(lower, upper)
@@ -79,6 +80,7 @@ class Scan:
         self.key = it.key
         self.value = it.value
         self.next = it.next
+        self.prev = it.prev
 
 
 class Store:
@@ -146,7 +148,8 @@ class Store:
 
     @staticmethod
     def scan(family: Rdict, lower: bytes, upper: bytes, *, last: bool = False) -> Scan:
-        """A bounded iterator positioned at its first (or ``last``) key."""
+        """A bounded iterator positioned at its first (or ``last``) key; ``upper`` is
+        exclusive."""
         return Scan(family, lower, upper, last)
 
     @staticmethod

@@ -1,0 +1,190 @@
+"""Tag scope (start, filter) and ordered topics (DESIGN.md §2 "Topics", §3).
+
+Per tag, the messages of one topic that the tag receives are delivered one at a time in
+production order. The rules, as the engine applies them:
+
+- A topic message may be leased only when every earlier message of its topic in the tag's scope
+  is Ended or Expired. Inductively it is enough to look at the nearest one (its predecessor):
+  a predecessor was itself leased only after its own predecessor ended.
+- While a topic has a head (a message successors wait behind) the tag remembers it in
+  ``TagState.locked``; successors met by a cursor or the delay index are *parked*: passed
+  without a row, to come back through the ``topics`` index when the head ends.
+- When the head ends (delete, dead, delete_by_id, expiry) its successor in scope becomes the
+  head. Cases:
+    1. none: the topic unlocks;
+    2. Delayed and not yet taken from the delay index: it arrives there when due;
+    3. not delayed and not yet reached by its lane cursor: the cursor brings it;
+    4. otherwise it was parked: it becomes Active again now (a LEASED row due now, count 0).
+- Topic messages all live in the default lane; queues without topics pay nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from typing import Any
+
+import cbor2
+
+from . import keys
+from .core import EngineCore
+from .errors import InvalidArgument
+from .records import PREFIX_SIZE
+from .state import DEFAULT_LANE, LEASED, Lease, QueueState, TagState
+from .store import Store
+from .validation import check_attribute_value
+
+_TOPIC_VALUE = struct.Struct(">QQ")
+TOPIC_CACHE_SIZE = 65536
+MAX_FILTER_ATTRIBUTES = 16
+
+
+def check_filter(value: object) -> dict[str, Any] | None:
+    """A tag filter ``{"attributes": {name: value|null}, "match": "all"|"any"}``."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidArgument("filter", "must be a map")
+    for name in value:
+        if name not in ("attributes", "match"):
+            raise InvalidArgument(f"filter.{name}", "unknown filter field")
+    attributes = value.get("attributes")
+    if not isinstance(attributes, dict) or not 1 <= len(attributes) <= MAX_FILTER_ATTRIBUTES:
+        raise InvalidArgument("filter.attributes",
+                              f"must be a map of 1-{MAX_FILTER_ATTRIBUTES} attributes")
+    for name, item in attributes.items():
+        if not isinstance(name, str) or not 1 <= len(name.encode()) <= 128:
+            raise InvalidArgument("filter.attributes", "names are 1-128 bytes of text")
+        if item is not None:
+            check_attribute_value(item, f"filter.attributes.{name}")
+    match = value.get("match", "all")
+    if match not in ("all", "any"):
+        raise InvalidArgument("filter.match", 'must be "all" or "any"')
+    return {"attributes": dict(attributes), "match": match}
+
+
+def filter_matches(filter: dict[str, Any], attributes: dict[str, Any] | None) -> bool:
+    """A value matches only an equal value of the same CBOR type; null means "present"."""
+    attributes = attributes or {}
+    results = []
+    for name, wanted in filter["attributes"].items():
+        if name not in attributes:
+            results.append(False)
+        elif wanted is None:
+            results.append(True)
+        else:
+            have = attributes[name]
+            results.append(type(have) is type(wanted) and have == wanted)
+    return all(results) if filter["match"] == "all" else any(results)
+
+
+class TopicOps(EngineCore):
+    """Scope checks and the topic gate, shared by every delivery path."""
+
+    def _topic_cache(self) -> OrderedDict[tuple[int, str], int]:
+        cache = getattr(self, "_topic_ids", None)
+        if cache is None:
+            cache = self._topic_ids = OrderedDict()
+        return cache
+
+    def _topic_id(self, q: QueueState, topic: str) -> int:
+        """The id of ``topic`` in ``q``, assigned on first use (a bounded cache in memory:
+        memory does not grow with the number of topics)."""
+        cache = self._topic_cache()
+        cache_key = (q.id, topic)
+        topic_id = cache.get(cache_key)
+        if topic_id is not None:
+            cache.move_to_end(cache_key)
+            return topic_id
+        store = self._store
+        stored = store.meta.get(keys.topic_name_key(q.id, topic))
+        if stored is None:
+            topic_id = q.next_topic_id
+            q.next_topic_id += 1
+            store.put(store.meta_h, keys.topic_name_key(q.id, topic), keys.u32(topic_id))
+        else:
+            topic_id = keys.read_u32(stored)
+        cache[cache_key] = topic_id
+        if len(cache) > TOPIC_CACHE_SIZE:
+            cache.popitem(last=False)
+        return topic_id
+
+    def _index_topic(self, q: QueueState, topic_id: int, seq: int, enqueue_ms: int,
+                     visible_ms: int) -> None:
+        store = self._store
+        store.batch.put(keys.topic_key(q.id, topic_id, seq),
+                        _TOPIC_VALUE.pack(enqueue_ms, visible_ms), store.topics_h)
+
+    @staticmethod
+    def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool:
+        """Whether tag ``t`` receives the message (start and filter; fixed at creation)."""
+        if seq < t.start_seq or enqueue_ms < t.start_ms:
+            return False
+        if t.filter is None:
+            return True
+        return filter_matches(t.filter, cbor2.loads(record)[2])  # type: ignore[arg-type]
+
+    def _record(self, q: QueueState, seq: int, lane: int = DEFAULT_LANE) -> bytes | None:
+        value = self._store.log.get(keys.log_key(q.id, lane, seq))
+        return None if value is None else value[PREFIX_SIZE:]
+
+    def _topic_in_scope(self, q: QueueState, t: TagState, seq: int, enqueue_ms: int) -> bool:
+        if seq < t.start_seq or enqueue_ms < t.start_ms:
+            return False
+        return t.filter is None or self._in_scope(t, seq, enqueue_ms, self._record(q, seq))
+
+    def _pending(self, q: QueueState, t: TagState, seq: int, enqueue_ms: int,
+                 visible_ms: int) -> bool:
+        """Whether an in-scope message without a lease row is not Ended for ``t``: a delayed
+        one not yet taken from the delay index, or one its lane cursor has not reached."""
+        if visible_ms != enqueue_ms:
+            return (visible_ms, seq) > (t.delay_vt, t.delay_seq)
+        return seq >= t.cursors[DEFAULT_LANE]
+
+    def _topic_gate(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> bool:
+        """Whether ``seq`` (in scope, of ``topic_id``) may be leased now; if not, it is parked
+        and the topic stays (or becomes) locked behind its head."""
+        head = t.locked.get(topic_id)
+        if head is not None:
+            return head == seq
+        lower = keys.topic_key(q.id, topic_id, max(q.gone_seq, t.start_seq))
+        it = Store.scan(self._store.topics, lower, keys.topic_key(q.id, topic_id, seq),
+                        last=True)
+        while it.valid():
+            previous = keys.topic_key_decode(it.key())[2]
+            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(it.value())
+            if self._topic_in_scope(q, t, previous, enqueue_ms):
+                lease = t.leases.get(previous)
+                if (lease.state == LEASED) if lease is not None else \
+                        self._pending(q, t, previous, enqueue_ms, visible_ms):
+                    t.lock(topic_id, previous)
+                    return False
+                return True
+            it.prev()
+        return True
+
+    def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None:
+        """``seq`` was the head of a topic and is Ended or Expired: pass the topic on."""
+        topic_id = t.heads.get(seq)
+        if topic_id is None:
+            return
+        t.unlock(topic_id)
+        lower = keys.topic_key(q.id, topic_id, max(seq + 1, q.gone_seq))
+        upper = keys.topic_bounds(q.id, topic_id)[1]
+        for key, value in Store.items(self._store.topics, lower, upper):
+            successor = keys.topic_key_decode(key)[2]
+            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
+            if not self._topic_in_scope(q, t, successor, enqueue_ms):
+                continue
+            lease = t.leases.get(successor)
+            if lease is not None:
+                if lease.state == LEASED:
+                    t.lock(topic_id, successor)
+                    return
+                continue  # ended ahead of its turn
+            t.lock(topic_id, successor)
+            if not self._pending(q, t, successor, enqueue_ms, visible_ms):
+                # Parked: Active again from now, never delivered (count 0).
+                self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0),
+                                  None)
+            return
