@@ -17,7 +17,7 @@ from .errors import (
     QueueNotFound,
     TooManyQueues,
 )
-from .records import PREFIX
+from .records import PREFIX, PREFIX_SIZE
 from .results import QueueInfo, QueuePage
 from .state import LEASED, QueueState, TagState
 from .store import COLUMN_FAMILIES, Store
@@ -41,30 +41,51 @@ class AdminOps(GrantOps, TagOps):
         with self._operation() as now:
             check_queue_name(queue)
             self._check(caller, "manage", queue)
-            resolved = merge_queue_attributes(default_queue_attributes(), attributes)
-            existing_id = self._queue_names.get(queue.lower())
-            if existing_id is not None:
-                existing = self._queues[existing_id]
-                if existing.name == queue and existing.attributes == resolved:
-                    return QueueInfo(existing.name, dict(existing.attributes), existing.created)
-                raise QueueAlreadyExists(f"queue: {existing.name!r} exists with other "
-                                         "attributes or another letter case", field="queue")
-            self._check_redrive(queue, resolved["redrive"], caller)
-            if len(self._queues) >= self.max_queues:
-                raise TooManyQueues(f"queue: the server holds max_queues {self.max_queues}")
-            queue_id = self._next_queue_id
-            self._next_queue_id += 1
-            q = QueueState(queue_id, queue, resolved, now)
-            store = self._store
-            store.put(store.meta_h, keys.queue_name_key(queue), keys.u32(queue_id))
-            store.put(store.meta_h, keys.queue_def_key(queue_id), cbor2.dumps(q.definition()))
-            self._persist_watermarks(q)
-            self._queues[queue_id] = q
-            self._queue_names[queue.lower()] = queue_id
-            self._add_tag(q, DEFAULT_TAG, 0, 0, None, now)
-            if caller is not None:  # the creator gets all five permissions on its queue
-                self._store_grant(caller, queue.lower(), PERMISSIONS)
-            return QueueInfo(queue, dict(resolved), now)
+            return self._create_queue(queue, attributes, caller, now)
+
+    def _create_queue(self, queue: str, attributes: Mapping[str, Any] | None,
+                      caller: str | None, now: int) -> QueueInfo:
+        resolved = merge_queue_attributes(default_queue_attributes(), attributes)
+        existing_id = self._queue_names.get(queue.lower())
+        if existing_id is not None:
+            existing = self._queues[existing_id]
+            if existing.name == queue and existing.attributes == resolved:
+                return QueueInfo(existing.name, dict(existing.attributes), existing.created)
+            raise QueueAlreadyExists(f"queue: {existing.name!r} exists with other "
+                                     "attributes or another letter case", field="queue")
+        self._check_redrive(queue, resolved["redrive"], caller)
+        if len(self._queues) >= self.max_queues:
+            raise TooManyQueues(f"queue: the server holds max_queues {self.max_queues}")
+        queue_id = self._next_queue_id
+        self._next_queue_id += 1
+        q = QueueState(queue_id, queue, resolved, now)
+        store = self._store
+        store.put(store.meta_h, keys.queue_name_key(queue), keys.u32(queue_id))
+        store.put(store.meta_h, keys.queue_def_key(queue_id), cbor2.dumps(q.definition()))
+        self._persist_watermarks(q)
+        self._queues[queue_id] = q
+        self._queue_names[queue.lower()] = queue_id
+        self._add_tag(q, DEFAULT_TAG, 0, 0, None, now)
+        if caller is not None:  # the creator gets all five permissions on its queue
+            self._store_grant(caller, queue.lower(), PERMISSIONS)
+        return QueueInfo(queue, dict(resolved), now)
+
+    def copy_queue(self, queue: str, source: str, *, caller: str | None = None) -> QueueInfo:
+        """A new queue with ``source``'s attributes (redrive included) and tags (filters kept,
+        starting now): no messages, no grants."""
+        with self._operation() as now:
+            check_queue_name(queue)
+            self._check(caller, "manage", queue)
+            self._check(caller, "peek", source, "source")
+            src = self._queue(source, "source")
+            if queue.lower() in self._queue_names:
+                raise QueueAlreadyExists(f"queue: {queue!r} exists", field="queue")
+            info = self._create_queue(queue, src.attributes, caller, now)
+            q = self._queue(queue)
+            for t in sorted(src.tags.values(), key=lambda t: t.name.lower()):
+                if t.name.lower() != DEFAULT_TAG:
+                    self._add_tag(q, t.name, now, q.next_seq, t.filter, now)
+            return info
 
     def _check_redrive(self, queue: str, redrive: dict[str, Any] | None,
                        caller: str | None) -> None:
@@ -108,6 +129,7 @@ class AdminOps(GrantOps, TagOps):
             del self._queues[q.id]
             del self._queue_names[q.name.lower()]
             self._drop_grants_on(q.name)
+            self._forget_counters(q.id)
             for other in self._queues.values():
                 policy = other.attributes["redrive"]
                 if policy is not None and policy["dlq"].lower() == q.name.lower():
@@ -189,6 +211,19 @@ class AdminOps(GrantOps, TagOps):
 
     # -- stats --------------------------------------------------------------------------------
 
+    def stats(self, queue: str, tag: str | None = None, days: int = 7, *,
+              caller: str | None = None) -> list[dict[str, Any]]:
+        """Daily counters, newest first (days without activity omitted); without ``tag`` the
+        queue's totals (sent counted once, the rest summed over tags)."""
+        with self._operation() as now:
+            self._check(caller, "peek", queue)
+            q = self._queue(queue)
+            t = self._tag(q, tag) if tag is not None else None
+            count = check_int(days, "days", 1, 31)
+            self._advance(q, now)
+            self._settle(q, now)
+            return self._stats_days(q.id, t.id if t is not None else None, count)
+
     def _stats(self, q: QueueState, now: int) -> dict[str, Any]:
         live = [s for s in q.segments if s.last_seq >= q.gone_seq]
         rewind_from = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)
@@ -207,26 +242,66 @@ class AdminOps(GrantOps, TagOps):
         return stats
 
     def _tag_stats(self, q: QueueState, t: TagState, now: int) -> dict[str, Any]:
-        """Exact counts. ``active`` counts never-delivered and delay-ended messages by walking
-        the backlog's keys (cost grows with the backlog; get_queue is not a hot path)."""
+        """Per-tag figures of DESIGN.md §8. ``inflight`` and ``delayed`` are exact; so are
+        ``active`` and ``parked`` for unfiltered tags, counted by walking the backlog's keys
+        (the cost grows with the backlog: get_queue is not a hot path). A filtered tag's
+        ``active`` / ``parked`` are refreshed at most every 10 s and flagged approximate."""
         store = self._store
         gone = q.gone_seq
-        inflight = active = delayed = 0
+        counts = {"active": 0, "inflight": 0, "delayed": 0, "parked": 0}
         for seq, lease in t.leases.items():
-            if lease.state == LEASED and seq >= gone:
-                if lease.due > now:
-                    inflight += 1
-                else:
-                    active += 1
+            if lease.state == LEASED and seq >= gone and lease.due > now:
+                counts["inflight"] += 1
         lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
-        upper = keys.queue_bounds(q.id)[1]
-        for key in Store.keys(store.delays, lower, upper):
+        for key, lane in Store.items(store.delays, lower, keys.queue_bounds(q.id)[1]):
             _, visible, seq = keys.delay_key_decode(key)
-            if seq >= gone and seq >= t.start_seq and seq not in t.leases:
-                if visible > now:
-                    delayed += 1
-                else:
-                    active += 1
+            if visible > now and seq >= gone and seq not in t.leases and not (
+                    seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)):
+                value = store.log.get(keys.log_key(q.id, lane[0], seq))
+                if value is not None and self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                                                        value[PREFIX_SIZE:]):
+                    counts["delayed"] += 1
+        cached = t.stats_cache
+        if t.filter is not None and cached is not None and now - cached[0] < 10_000:
+            counts["active"], counts["parked"] = cached[1], cached[2]
+        else:
+            self._count_active(q, t, now, counts)
+            if t.filter is not None:
+                t.stats_cache = (now, counts["active"], counts["parked"])
+        floor = max(self._tag_floor(q, t), gone)
+        return {
+            **counts,
+            "lag": self._production_ms(q, floor) if floor < q.next_seq else None,
+            "approximate": t.filter is not None,
+        }
+
+    def _count_active(self, q: QueueState, t: TagState, now: int,
+                      counts: dict[str, int]) -> None:
+        """Count Active and Parked messages of a tag: leases run out, ended delays, what the
+        cursors have not reached, and successors parked behind locked topics."""
+        store = self._store
+        gone = q.gone_seq
+        seen: set[int] = set()
+
+        def tally(seq: int, value: bytes) -> None:
+            state = self._peek_state(q, t, seq, value, now)[0]
+            if state in ("active", "parked"):
+                counts[state] += 1
+                seen.add(seq)
+
+        for seq, lease in list(t.leases.items()):
+            if lease.state == LEASED and seq >= gone and lease.due <= now:
+                value = store.log.get(keys.log_key(q.id, lease.lane, seq))
+                if value is not None:
+                    tally(seq, value)
+        lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
+        for key, lane in Store.items(store.delays, lower, keys.delay_key(q.id, now + 1, 0)):
+            seq = keys.delay_key_decode(key)[2]
+            if seq >= gone and seq not in t.leases:
+                value = store.log.get(keys.log_key(q.id, lane[0], seq))
+                if value is not None and self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                                                        value[PREFIX_SIZE:]):
+                    tally(seq, value)
         unpack = PREFIX.unpack_from
         for lane in q.lanes_used:
             start = max(t.cursors[lane], gone, t.start_seq)
@@ -235,14 +310,17 @@ class AdminOps(GrantOps, TagOps):
             lower, upper = keys.log_lane_bounds(q.id, lane, start)
             for key, value in Store.items(store.log, lower, upper):
                 enqueue_ms, visible_ms, _, _ = unpack(value)
-                if visible_ms == enqueue_ms and keys.log_seq(key) not in t.leases:
-                    active += 1
-        floor = max(self._tag_floor(q, t), gone)
-        return {
-            "active": active,
-            "inflight": inflight,
-            "delayed": delayed,
-            "parked": 0,
-            "lag": self._production_ms(q, floor) if floor < q.next_seq else None,
-            "approximate": False,
-        }
+                seq = keys.log_seq(key)
+                if visible_ms == enqueue_ms and seq not in t.leases and \
+                        self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
+                    tally(seq, value)
+        for topic, head in list(t.locked.items()):  # successors passed while parked
+            lower = keys.topic_key(q.id, topic, max(head + 1, gone))
+            for key in Store.keys(store.topics, lower, keys.topic_bounds(q.id, topic)[1]):
+                seq = keys.topic_key_decode(key)[2]
+                if seq in seen or seq in t.leases:
+                    continue
+                value = store.log.get(keys.log_key(q.id, 8, seq))
+                if value is not None and self._in_scope(t, seq, unpack(value)[0],
+                                                        value[PREFIX_SIZE:]):
+                    tally(seq, value)

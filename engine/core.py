@@ -20,7 +20,7 @@ import heapq
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import cbor2
 
@@ -32,6 +32,7 @@ from .records import PREFIX
 from .state import (
     DEAD_MARK,
     DEFAULT_LANE,
+    ENDED_DEAD,
     LANE_RANGE,
     LEASED,
     Lease,
@@ -40,6 +41,8 @@ from .state import (
     TagState,
 )
 from .store import Store
+
+EXPIRED = 4  # counters.FIELDS index (counters.py imports this module)
 from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
@@ -60,6 +63,8 @@ class EngineCore:
 
     if TYPE_CHECKING:
         def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
+        def _apply_expiries(self, q: QueueState, now: int) -> None: ...
+        def _count(self, queue: int, tag: int, field: int, amount: int = 1) -> None: ...
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
@@ -76,6 +81,10 @@ class EngineCore:
         self._source = clock or wall_clock_ms
         self._clock = EngineClock(self._source)
         self._now = 0
+        # Called with a queue's name whenever messages may have become Active in it outside a
+        # lease deadline (send, dead-letter move, rewind, redrive, a topic passed on, ...):
+        # a server wakes waiting receives with it.
+        self.on_activity: Callable[[str], None] | None = None
         self._group_depth = 0
         self._group_failed = False
         self._unsynced = False
@@ -138,13 +147,18 @@ class EngineCore:
         store = self._store
         t = TagState(tag_id, definition["name"], definition["start"], definition["start_seq"],
                      definition["filter"], definition["created"])
+        t.topic_from = dict(definition.get("topic_from", ()))
         t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
         lower, upper = keys.tag_scope_bounds(q.id, tag_id)
         for key, value in Store.items(store.leases, lower, upper):
             lease = Lease.decode(value)
             seq = keys.lease_key_decode(key)[2]
             t.leases[seq] = lease
+            t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
+            if lease.state == ENDED_DEAD:
+                t.dead_heap.append(seq)
             if lease.state == LEASED:
+                t.lease_heap.append(seq)
                 self._register_wake(q, t, lease.due)
                 if lease.lane == DEFAULT_LANE:  # a topic head? (the lowest leased one is)
                     stored = store.log.get(keys.log_key(q.id, lease.lane, seq))
@@ -277,7 +291,9 @@ class EngineCore:
         return keys.time_key_decode(it.key())[2] if it.valid() else q.next_seq
 
     def _advance(self, q: QueueState, now: int) -> None:
-        """Bring ``expired_seq`` to now (messages older than ``retention`` are Expired)."""
+        """Apply what is due by now before an operation on ``q`` acts: dead-letter moves of
+        leases that ran out, then ``expired_seq`` (messages older than ``retention``)."""
+        self._apply_expiries(q, now)
         horizon = now - q.attributes["retention"] * 1000
         if q.oldest_live_ms >= 0 and horizon <= q.oldest_live_ms:
             return
@@ -302,17 +318,42 @@ class EngineCore:
         return -1
 
     def _tag_floor(self, q: QueueState, t: TagState) -> int:
-        """The lowest seq not passed by a cursor and the lowest leased seq of a tag."""
+        """The lowest seq not Ended for ``t`` among those its cursors passed or did not reach,
+        its leases, and its dead letters whose DLQ copy is still alive."""
         floor = q.next_seq
         cursors, tails = t.cursors, q.lane_tail
         for lane in q.lanes_used:
             cursor = cursors[lane]
             if cursor <= tails[lane] and cursor < floor:
                 floor = cursor
-        for seq, lease in t.leases.items():
-            if seq < floor and lease.state == LEASED:
-                floor = seq
+        heap, leases = t.lease_heap, t.leases
+        while heap:
+            lease = leases.get(heap[0])
+            if lease is not None and lease.state == LEASED:
+                floor = min(floor, heap[0])
+                break
+            heapq.heappop(heap)
+        heap = t.dead_heap
+        while heap:
+            lease = leases.get(heap[0])
+            if lease is not None and lease.state == ENDED_DEAD and self._copy_alive(lease):
+                floor = min(floor, heap[0])
+                break
+            heapq.heappop(heap)
         return floor
+
+    def _copy_alive(self, lease: Lease) -> bool:
+        """Whether the DLQ copy named by an ENDED_DEAD lease is not yet Ended for the DLQ's
+        default tag (copies have no delay and no topic: a passed one without a row ended)."""
+        dlq = self._queues.get(lease.due)
+        if dlq is None or lease.number < dlq.gone_seq:
+            return False
+        default = dlq.tag_named(DEFAULT_TAG)
+        assert default is not None
+        copy = default.leases.get(lease.number)
+        if copy is not None:
+            return copy.state == LEASED
+        return lease.number >= default.cursors[lease.lane]
 
     def _delayed_floor(self, q: QueueState) -> int:
         """The lowest seq of a delayed message some tag has not yet taken from the delay index.
@@ -346,30 +387,43 @@ class EngineCore:
             self._raise_gone(q, gone)
             self._persist_watermarks(q)
 
-    def _raise_gone(self, q: QueueState, gone: int) -> None:
-        """Move ``gone_seq`` up: drop leases below it and snap cursors it overtook."""
+    def _raise_gone(self, q: QueueState, gone: int, expiry: bool = False) -> None:
+        """Move ``gone_seq`` up: drop lease rows below it, pass on topics whose head went,
+        move cursors it overtook. With ``expiry``, count what expired while not Ended."""
         q.gone_seq = gone
         store = self._store
         for t in q.tags.values():
-            below = [seq for seq in t.leases if seq < gone]
-            for seq in sorted(below):
-                lease = t.leases.pop(seq)
+            expired = 0
+            heap, leases = t.row_heap, t.leases
+            while heap and heap[0] < gone:
+                seq = heapq.heappop(heap)
+                lease = leases.pop(seq, None)
+                if lease is None:
+                    continue
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
+                    expired += 1
                     store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
             for head in [seq for seq in t.heads if seq < gone]:
                 self._topic_head_ended(q, t, head, self._now)
             moved = False
             for lane in q.lanes_used:
-                if t.cursors[lane] < gone <= q.lane_tail[lane]:
-                    t.cursors[lane] = gone
-                    self._snap_cursor(q, t, lane)
-                    moved = True
-                elif t.cursors[lane] < gone:
-                    t.cursors[lane] = q.lane_tail[lane] + 1
-                    moved = True
+                cursor = t.cursors[lane]
+                if cursor >= gone or cursor > q.lane_tail[lane]:
+                    continue
+                if expiry:  # never-delivered messages the cursor will not reach now
+                    upper = keys.log_key(q.id, lane, gone)
+                    for value in Store.values(store.log, keys.log_key(q.id, lane, cursor),
+                                              upper):
+                        enqueue_ms, visible_ms, _, _ = PREFIX.unpack_from(value)
+                        expired += visible_ms == enqueue_ms
+                t.cursors[lane] = gone
+                self._snap_cursor(q, t, lane)
+                moved = True
             if moved:
                 store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+            if expired:
+                self._count(q.id, t.id, EXPIRED, expired)
         if q.delayseq_from < gone:
             q.delayseq_from = gone
         self._collect(q)
@@ -395,6 +449,10 @@ class EngineCore:
                 return keys.log_seq(it.key())
             it.next()
         return tail + 1
+
+    def _notify(self, q: QueueState) -> None:
+        if self.on_activity is not None:
+            self.on_activity(q.name)
 
     def _persist_watermarks(self, q: QueueState) -> None:
         self._store.put(self._store.meta_h, keys.watermarks_key(q.id), q.encode_watermarks())
@@ -453,6 +511,14 @@ class EngineCore:
         """Write a lease row and keep its timer row (present exactly while LEASED) in step.
         ``old_due`` is the due time of the row's previous LEASED state, if it had one."""
         store = self._store
+        previous = t.leases.get(seq)
+        if previous is None:
+            heapq.heappush(t.row_heap, seq)
+        if previous is not lease:
+            if lease.state == LEASED:
+                heapq.heappush(t.lease_heap, seq)
+            elif lease.state == ENDED_DEAD:
+                heapq.heappush(t.dead_heap, seq)
         t.leases[seq] = lease
         store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
         if old_due is not None and (lease.state != LEASED or old_due != lease.due):

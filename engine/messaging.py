@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import cbor2
 
 from . import keys
-from .topics import TopicOps
+from .counters import BYTES_IN, BYTES_OUT, DELETED, RECEIVED, SENT
+from .topics import TopicOps, filter_matches
 from .errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -35,7 +36,7 @@ from .errors import (
 )
 from .receipts import ReceiptCodec
 from .records import PREFIX, PREFIX_SIZE, cbor_head, cbor_uint, encode_record, message_id
-from .results import Delivery, Sent, VisibilityChanged
+from .results import Delivery, Peeked, Sent, VisibilityChanged
 from .state import DEAD_MARK, LEASED, Lease, QueueState, Segment, TagState
 from .store import Store
 from .validation import (
@@ -58,7 +59,8 @@ _SEND_KEYS = frozenset((1, 2, 3, 4, 5))
 class _Entry:
     """A validated send entry, not yet assigned a seq."""
 
-    __slots__ = ("body_cbor", "body", "attributes_cbor", "topic", "priority", "delay_ms", "size")
+    __slots__ = ("body_cbor", "body", "attributes_cbor", "topic", "priority", "delay_ms", "size",
+                 "dead_cbor", "mark")
 
     def __init__(self, body_cbor: bytes, body: bytes, attributes_cbor: bytes | None,
                  topic: str | None, priority: int, delay_ms: int):
@@ -69,6 +71,8 @@ class _Entry:
         self.priority = priority
         self.delay_ms = delay_ms
         self.size = len(body) + (len(attributes_cbor) if attributes_cbor else 0)
+        self.dead_cbor: bytes | None = None  # set on dead-letter copies (deadletter.py),
+        self.mark = 0                        # which bypass send validation and limits
 
 
 def _body(value: object, field: str) -> tuple[bytes, bytes]:
@@ -132,6 +136,13 @@ class MessagingOps(TopicOps):
 
     _receipts: ReceiptCodec
 
+    if TYPE_CHECKING:
+        def _dlq_of(self, q: QueueState) -> QueueState | None: ...
+        def _move_to_dlq(self, q: QueueState, t: TagState, seq: int, lease: Lease,
+                         dead_time: int) -> None: ...
+        def _check(self, caller: str | None, permission: str, queue: object,
+                   field: str = "queue") -> None: ...
+
     # -- send -------------------------------------------------------------------------------
 
     def send(self, queue: str, messages: Sequence[Any], *,
@@ -171,9 +182,9 @@ class MessagingOps(TopicOps):
         # log prefix are the same for all of them.
         plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
         plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
-        written = 0
+        written = bytes_in = 0
         for index, raw in enumerate(messages):
-            if capacity <= 0:
+            if capacity <= 0 and type(raw) is not _Entry:
                 append(QueueFull(f"messages[{index}]: queue {q.name!r} retains max_messages "
                                  f"{q.attributes['max_messages']}"))
                 continue
@@ -186,19 +197,22 @@ class MessagingOps(TopicOps):
                                    raw, plain_tail, md5, b"\xf6"))
                 value = plain_prefix + record
             else:
-                try:
-                    entry = parse_send_entry(raw, index, q)
-                except LaminaError as exc:
-                    append(exc.with_traceback(None))  # frames would pin the store
-                    continue
+                if type(raw) is _Entry:
+                    entry = raw
+                else:
+                    try:
+                        entry = parse_send_entry(raw, index, q)
+                    except LaminaError as exc:
+                        append(exc.with_traceback(None))  # frames would pin the store
+                        continue
                 body, delay_ms, lane = entry.body, entry.delay_ms, entry.priority
                 seq = q.next_seq
                 msg_id = message_id(qid, seq, lane)
                 md5 = md5_of(body).digest()
                 visible = now + delay_ms
                 record = encode_record(msg_id, entry.body_cbor, entry.attributes_cbor,
-                                       entry.topic, lane, now, visible, md5)
-                topic_id = 0
+                                       entry.topic, lane, now, visible, md5, entry.dead_cbor)
+                topic_id = entry.mark
                 if entry.topic is not None:
                     topic_id = self._topic_id(q, entry.topic)
                     self._index_topic(q, topic_id, seq, now, visible)
@@ -233,9 +247,11 @@ class MessagingOps(TopicOps):
             segment.last_ms = now
             segment.count += 1
             segment.bytes += len(record)
+            bytes_in += len(body)
             append(Sent(msg_id, now, md5))
         store.pending += written
         if first_in_lane:
+            self._count_sent(q, results, messages, bytes_in)
             put = store.put
             if now > q.indexed_ms:
                 put(store.time_h, keys.time_key(qid, now, min(first_in_lane.values())), b"")
@@ -258,7 +274,33 @@ class MessagingOps(TopicOps):
             put(store.segments_h, keys.segment_key(qid, segment.first_seq),  # type: ignore
                 segment.encode())  # type: ignore[union-attr]
             self._persist_watermarks(q)
+            self._notify(q)
         return results
+
+    def _count_sent(self, q: QueueState, results: list[Any], messages: list[Any],
+                    bytes_in: int) -> None:
+        """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag for the messages the
+        tag receives (a filtered tag decodes the attributes of each)."""
+        accepted = [(raw, sent) for raw, sent in zip(messages, results)
+                    if isinstance(sent, Sent)]
+        self._count(q.id, 0, SENT, len(accepted))
+        self._count(q.id, 0, BYTES_IN, bytes_in)
+        for t in q.tags.values():
+            if t.filter is None and t.start_ms <= self._now:
+                self._count(q.id, t.id, SENT, len(accepted))
+                self._count(q.id, t.id, BYTES_IN, bytes_in)
+                continue
+            count = size = 0
+            for raw, sent in accepted:
+                attributes = raw.get(2) if isinstance(raw, dict) else None
+                if t.start_ms <= self._now and (t.filter is None
+                                                or filter_matches(t.filter, attributes)):
+                    count += 1
+                    body = raw.get(1) if isinstance(raw, dict) else raw
+                    size += len(body.encode() if isinstance(body, str) else body)
+            if count:
+                self._count(q.id, t.id, SENT, count)
+                self._count(q.id, t.id, BYTES_IN, size)
 
     def _index_delay(self, q: QueueState, seq: int, lane: int, visible: int) -> None:
         """Enter a delayed message in the queue-level delay indexes (two rows, no pending
@@ -304,6 +346,9 @@ class MessagingOps(TopicOps):
                                               MAX_VISIBILITY_S)
             self._advance(q, now)
             deliveries = _Lessor(self, q, t, now, visibility_ms, count, max_bytes).run()
+            if deliveries:
+                self._count(q.id, t.id, RECEIVED, len(deliveries))
+                self._count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
             self._settle(q, now)
             return deliveries
 
@@ -338,6 +383,9 @@ class MessagingOps(TopicOps):
                     continue
                 self._lease_dropped(q, t, seq, lease)
                 results.append(None)
+            deleted = results.count(None)
+            if deleted:
+                self._count(q.id, t.id, DELETED, deleted)
             self._settle(q, now)
             return results
 
@@ -375,6 +423,13 @@ class MessagingOps(TopicOps):
                     receipt = None
                 self._lease_saved(q, t, seq, lease, old_due)
                 results.append(VisibilityChanged(receipt, lease.due))
+                if not timeout_ms:  # the lease ended now: a dead letter, or Active again
+                    policy = q.attributes["redrive"]
+                    if policy is not None and self._dlq_of(q) is not None \
+                            and lease.count >= policy["max_receives"]:
+                        self._move_to_dlq(q, t, seq, lease, now)
+                    else:
+                        self._notify(q)
             store = self._store
             store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
             self._settle(q, now)
@@ -410,14 +465,20 @@ class MessagingOps(TopicOps):
                 if t is not None and due == t.next_wake:
                     woken.add((q.name, t.name))
                     self._reschedule_tag_wake(q, t, now)
+                    self._apply_expiries(q, now)  # dead-letter moves happen at their time
             return sorted(woken, key=lambda pair: (pair[0], pair[1] or ""))
 
 
 class _Lessor:
-    """One receive: walks the sources in delivery order and leases what it may return."""
+    """One receive: walks the sources in delivery order and leases what it may return.
+
+    With ``dry_run`` (peek) it walks the same way and changes nothing: it returns ``Peeked``
+    entries for what a receive would lease now."""
 
     def __init__(self, engine: MessagingOps, q: QueueState, t: TagState, now: int,
-                 visibility_ms: int, count: int, max_bytes: int | None):
+                 visibility_ms: int, count: int, max_bytes: int | None, dry_run: bool = False):
+        self.dry_run = dry_run
+        self.topics_taken: set[int] = set()
         self.engine = engine
         self.store = engine._store
         self.q, self.t, self.now = q, t, now
@@ -428,10 +489,12 @@ class _Lessor:
         self.out: list[Delivery] = []
         self.tag_moved = False
 
-    def run(self) -> list[Delivery]:
+    def run(self) -> list[Any]:
         self._active_again()
         if len(self.out) < self.count and self.budget > 0:
             self._never_delivered()
+        if self.dry_run:
+            return self.out
         if self.out or self.tag_moved:
             self.store.put(self.store.tags_h, keys.tag_key(self.q.id, self.t.id),
                            self.t.encode_cursors())
@@ -456,11 +519,20 @@ class _Lessor:
             if not self.engine._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
                 return False
         if 0 < topic_id < DEAD_MARK:
+            if topic_id in self.topics_taken:
+                return False
             return self.engine._topic_gate(self.q, t, topic_id, seq)
         return True
 
     def _lease(self, seq: int, lane: int, value: bytes, lease: Lease | None) -> None:
         t = self.t
+        topic_id = PREFIX.unpack_from(value)[2]
+        if 0 < topic_id < DEAD_MARK:
+            self.topics_taken.add(topic_id)
+        if self.dry_run:
+            self.out.append(Peeked(value[PREFIX_SIZE:], "active", lease.count if lease else 0,
+                                   (lease.first or None) if lease else None, None))
+            return
         number = t.lease_counter
         t.lease_counter += 1
         if lease is None:
@@ -473,7 +545,6 @@ class _Lessor:
             lease.number = number
             if not lease.first:
                 lease.first = self.now
-        topic_id = PREFIX.unpack_from(value)[2]
         if 0 < topic_id < DEAD_MARK:
             t.lock(topic_id, seq)
         self.engine._lease_saved(self.q, t, seq, lease, old_due)
@@ -502,14 +573,15 @@ class _Lessor:
                 timers.next()
                 lease = t.leases.get(seq)
                 if lease is None or lease.state != LEASED or lease.due != due:
-                    store.delete(store.timers_h, keys.timer_key(q.id, t.id, due, seq))
+                    if not self.dry_run:  # a row left behind by a rewind: drop it now
+                        store.delete(store.timers_h, keys.timer_key(q.id, t.id, due, seq))
                     continue
                 value = log.get(keys.log_key(q.id, lane, seq)) if seq >= q.gone_seq else None
                 if value is None:
-                    self.engine._lease_dropped(q, t, seq, lease)
                     continue
                 topic_id = PREFIX.unpack_from(value)[2]
-                if 0 < topic_id < DEAD_MARK and t.locked.get(topic_id, seq) != seq:
+                if 0 < topic_id < DEAD_MARK and (t.locked.get(topic_id, seq) != seq
+                                                 or topic_id in self.topics_taken):
                     continue  # waits behind the Inflight head of its topic
                 if not self._fits(value):
                     return
@@ -517,15 +589,17 @@ class _Lessor:
             else:
                 visible, seq = delay
                 lane = delays.value()[0]
-                if seq >= q.gone_seq and seq not in t.leases:
+                handled = seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)
+                if seq >= q.gone_seq and seq not in t.leases and not handled:
                     value = log.get(keys.log_key(q.id, lane, seq))
                     if value is not None and self._admit(seq, value):
                         if not self._fits(value):
                             return
                         self._lease(seq, lane, value, None)
                 delays.next()
-                t.delay_vt, t.delay_seq = visible, seq
-                self.tag_moved = True
+                if not self.dry_run:
+                    t.delay_vt, t.delay_seq = visible, seq
+                    self.tag_moved = True
 
     def _never_delivered(self) -> None:
         """Lane cursors, highest priority first; delayed records are stepped over."""
@@ -551,6 +625,8 @@ class _Lessor:
                             break
                         self._lease(seq, lane, value, None)
                 it.next()
+            if self.dry_run:
+                continue
             cursor = self.engine._skip_delayed(it, tail) if len(self.out) >= self.count \
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)
             if cursor != t.cursors[lane]:

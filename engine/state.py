@@ -7,7 +7,8 @@ Persisted forms (fixed structs, one encoder and decoder each, next to the class 
 
     watermarks  next_seq | expired_seq | gone_seq | purge_seq | next topic id      (5 x u64)
     tag cursors lane 1..16 cursors | delay position (visible_ms, seq) | leases |
-                expiry position (due_ms, seq)                                     (21 x u64)
+                expiry position (due_ms, seq) | rewind seq | rewound delay position
+                (visible_ms, seq)                                                 (24 x u64)
     lease       state:u8 | lane:u8 | due_ms:u64 | dequeue_count:u32 | first_dequeue_ms:u64 |
                 lease number:u64
     segment     last_seq | first_ms | last_ms | count | bytes                     (5 x u64)
@@ -23,7 +24,7 @@ LANES = 16
 LANE_RANGE = range(1, LANES + 1)
 
 _WATERMARKS = struct.Struct(">QQQQQ")
-_CURSORS = struct.Struct(">" + "Q" * (LANES + 5))
+_CURSORS = struct.Struct(">" + "Q" * (LANES + 8))
 _LEASE = struct.Struct(">BBQIQQ")
 _SEGMENT = struct.Struct(">QQQQQ")
 
@@ -97,7 +98,8 @@ class TagState:
     __slots__ = (
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
         "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
-        "expiry_seq",
+        "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
+        "topic_from", "row_heap", "stats_cache",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -118,6 +120,19 @@ class TagState:
         self.heads: dict[int, int] = {}
         self.expiry_due = 0
         self.expiry_seq = 0
+        # Min-heaps (lazy: entries whose row changed are dropped when met) of the seqs of
+        # LEASED rows and of ENDED_DEAD rows, for the watermark floor.
+        self.lease_heap: list[int] = []
+        self.dead_heap: list[int] = []
+        self.row_heap: list[int] = []  # every lease row's seq, for dropping rows below gone
+        # After a rewind from ``rewind_seq``: delay entries below it up to the old delay
+        # position were handled before and are skipped when the delay index is walked again.
+        self.rewind_seq = 0
+        self.rewind_vt = 0
+        self.rewind_dseq = 0
+        # topic -> seq to look for a successor from when its (Inflight) head ends (rewind).
+        self.topic_from: dict[int, int] = {}
+        self.stats_cache: tuple[int, int, int] | None = None  # (when, active, parked)
 
     def lock(self, topic: int, head: int) -> None:
         old = self.locked.get(topic)
@@ -133,17 +148,19 @@ class TagState:
 
     def definition(self) -> dict[str, Any]:
         return {"name": self.name, "start": self.start_ms, "start_seq": self.start_seq,
-                "filter": self.filter, "created": self.created}
+                "filter": self.filter, "created": self.created,
+                "topic_from": sorted(self.topic_from.items())}
 
     def encode_cursors(self) -> bytes:
         return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,
-                             self.lease_counter, self.expiry_due, self.expiry_seq)
+                             self.lease_counter, self.expiry_due, self.expiry_seq,
+                             self.rewind_seq, self.rewind_vt, self.rewind_dseq)
 
     def decode_cursors(self, value: bytes) -> None:
         fields = _CURSORS.unpack(value)
         self.cursors = [0, *fields[:LANES]]
         (self.delay_vt, self.delay_seq, self.lease_counter, self.expiry_due,
-         self.expiry_seq) = fields[LANES:]
+         self.expiry_seq, self.rewind_seq, self.rewind_vt, self.rewind_dseq) = fields[LANES:]
 
 
 @dataclass(slots=True)

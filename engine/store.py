@@ -162,6 +162,15 @@ class Store:
             it.next()
 
     @staticmethod
+    def values(family: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
+        options = _bounds(lower, upper)
+        it = family.iter(options)
+        it.seek(lower)
+        while it.valid():
+            yield it.value()
+            it.next()
+
+    @staticmethod
     def keys(family: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
         options = _bounds(lower, upper)
         it = family.iter(options)

@@ -82,6 +82,7 @@ class TagOps(TopicOps):
             store.delete(store.meta_h, keys.tag_def_key(q.id, t.id))
             del q.tags[t.id]
             del q.tag_names[t.name.lower()]
+            self._forget_counters(q.id, t.id)
             self._advance(q, now)
             self._settle(q, now)
 

@@ -27,7 +27,7 @@ from typing import Any
 import cbor2
 
 from . import keys
-from .core import EngineCore
+from .counters import CounterOps
 from .errors import InvalidArgument
 from .records import PREFIX_SIZE
 from .state import DEFAULT_LANE, LEASED, Lease, QueueState, TagState
@@ -78,7 +78,7 @@ def filter_matches(filter: dict[str, Any], attributes: dict[str, Any] | None) ->
     return all(results) if filter["match"] == "all" else any(results)
 
 
-class TopicOps(EngineCore):
+class TopicOps(CounterOps):
     """Scope checks and the topic gate, shared by every delivery path."""
 
     def _topic_cache(self) -> OrderedDict[tuple[int, str], int]:
@@ -169,10 +169,17 @@ class TopicOps(EngineCore):
         if topic_id is None:
             return
         t.unlock(topic_id)
-        lower = keys.topic_key(q.id, topic_id, max(seq + 1, q.gone_seq))
+        start = seq + 1
+        if topic_id in t.topic_from:  # rewound messages wait from there (rewind.py)
+            start = min(start, t.topic_from.pop(topic_id))
+            store = self._store
+            store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
+        lower = keys.topic_key(q.id, topic_id, max(start, q.gone_seq))
         upper = keys.topic_bounds(q.id, topic_id)[1]
         for key, value in Store.items(self._store.topics, lower, upper):
             successor = keys.topic_key_decode(key)[2]
+            if successor == seq:
+                continue
             enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
             if not self._topic_in_scope(q, t, successor, enqueue_ms):
                 continue
@@ -187,4 +194,5 @@ class TopicOps(EngineCore):
                 # Parked: Active again from now, never delivered (count 0).
                 self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0),
                                   None)
+                self._notify(q)
             return

@@ -1,0 +1,86 @@
+"""Daily counters per queue and tag (DESIGN.md §8 ``stats``), persistent, kept 31 days.
+
+Rows: ``meta`` ``b"D" | queue | tag | day`` -> 7 x u64 in ``FIELDS`` order; tag 0 holds the
+queue's own figures (``sent`` and ``bytes_in`` counted once per message). Today's rows live in
+memory while they change and are written with the operation that changed them.
+"""
+
+from __future__ import annotations
+
+import struct
+from datetime import datetime, timezone
+from typing import Any
+
+from . import keys
+from . import core
+from .core import EngineCore
+from .store import Store
+
+FIELDS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
+SENT, RECEIVED, DELETED, DEAD, EXPIRED, BYTES_IN, BYTES_OUT = range(7)
+assert EXPIRED == core.EXPIRED
+_ROW = struct.Struct(">7Q")
+KEEP_DAYS = 31
+DAY_MS = 86_400_000
+
+
+def day_name(day: int) -> str:
+    return datetime.fromtimestamp(day * 86400, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+class CounterOps(EngineCore):
+    """``_count`` bumps a counter; ``_stats_days`` reads them back."""
+
+    def _counter_rows(self) -> dict[tuple[int, int, int], list[int]]:
+        rows = getattr(self, "_counter_cache", None)
+        if rows is None:
+            rows = self._counter_cache = {}
+        return rows
+
+    def _count(self, queue: int, tag: int, field: int, amount: int = 1) -> None:
+        day = self._now // DAY_MS
+        row_key = (queue, tag, day)
+        rows = self._counter_rows()
+        row = rows.get(row_key)
+        if row is None:
+            stored = self._store.meta.get(keys.day_key(queue, tag, day))
+            row = list(_ROW.unpack(stored)) if stored else [0] * len(FIELDS)
+            if len(rows) > 65536:  # rows of past days are written already: forget them
+                for old in [k for k in rows if k[2] < day]:
+                    del rows[old]
+            rows[row_key] = row
+            if stored is None:  # a new day for this row: forget the one past the window
+                self._store.delete(self._store.meta_h,
+                                   keys.day_key(queue, tag, day - KEEP_DAYS))
+        row[field] += amount
+        self._store.put(self._store.meta_h, keys.day_key(queue, tag, day), _ROW.pack(*row))
+
+    def _forget_counters(self, queue: int, tag: int | None = None) -> None:
+        rows = self._counter_rows()
+        for row_key in [k for k in rows if k[0] == queue and (tag is None or k[1] == tag)]:
+            del rows[row_key]
+        store = self._store
+        if tag is None:
+            store.delete_range(store.meta_h, *keys.day_bounds(queue))
+        else:
+            lower = keys.day_key(queue, tag, 0)
+            store.delete_range(store.meta_h, lower, keys.day_key(queue, tag + 1, 0))
+
+    def _stats_days(self, queue: int, tag: int | None, days: int) -> list[dict[str, Any]]:
+        """Newest first, days without activity omitted. ``tag`` None: the queue's totals."""
+        today = self._now // DAY_MS
+        first = today - days + 1
+        totals: dict[int, list[int]] = {}
+        lower, upper = keys.day_bounds(queue)
+        for key, value in Store.items(self._store.meta, lower, upper):
+            _, row_tag, day = keys.day_key_decode(key)
+            if day < first or day > today or (tag is not None and row_tag != tag):
+                continue
+            row = _ROW.unpack(value)
+            total = totals.setdefault(day, [0] * len(FIELDS))
+            for index, amount in enumerate(row):
+                if tag is None and index in (SENT, BYTES_IN) and row_tag != 0:
+                    continue  # per-tag sends are the tag's view; the queue counts once
+                total[index] += amount
+        return [dict(day=day_name(day), **dict(zip(FIELDS, totals[day])))
+                for day in sorted(totals, reverse=True) if any(totals[day])]

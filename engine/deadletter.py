@@ -1,0 +1,219 @@
+"""Dead-letter queues (DESIGN.md §2): moves at lease end, ``dead``, and ``redrive``.
+
+A move is atomic with the operation that causes it: the source lease becomes ENDED_DEAD (the
+row stays until ``gone_seq`` passes, naming the DLQ copy) and a new message is appended to the
+DLQ with ``dead = [source_queue, source_tag, dead_time, original_id, original_dequeue_count]``,
+the user attributes plus ``DLQ.sourceQueue``, the same priority, no delay and no topic. Moves
+ignore the DLQ's ``max_messages`` and ``max_message_size``.
+
+When moves happen: ``dead`` at once; ``change_visibility 0`` at once; an expired lease whose
+``dequeue_count`` reached ``max_receives`` at its deadline — applied by every operation on the
+queue before anything else (``_apply_expiries``) and by the server's timer task.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import cbor2
+
+from . import keys
+from .counters import DEAD, CounterOps
+from .errors import LaminaError, NoDeadLetterQueue
+from .records import PREFIX, PREFIX_SIZE, parse_message_id
+from .results import Redriven
+from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
+from .store import Store
+from .validation import check_batch, check_bool, check_int, check_name, check_time_ms
+
+
+class DeadLetterOps(CounterOps):
+    """Needs ``_append`` (messaging), ``_check`` (grants) and ``_notify`` from the engine."""
+
+    def _dlq_of(self, q: QueueState) -> QueueState | None:
+        policy = q.attributes["redrive"]
+        if policy is None:
+            return None
+        dlq_id = self._queue_names.get(policy["dlq"].lower())
+        return None if dlq_id is None else self._queues[dlq_id]
+
+    def _move_to_dlq(self, q: QueueState, t: TagState, seq: int, lease: Lease,
+                     dead_time: int) -> None:
+        """Dead-letter ``seq`` for tag ``t`` now (``dead_time`` = when its lease ended)."""
+        dlq = self._dlq_of(q)
+        assert dlq is not None
+        value = self._store.log.get(keys.log_key(q.id, lease.lane, seq))
+        assert value is not None, "a leased message above gone_seq is in the log"
+        fields = cbor2.loads(value[PREFIX_SIZE:])
+        attributes = dict(fields[2] or {})
+        attributes["DLQ.sourceQueue"] = q.name
+        body = fields[1]
+        body_bytes = body.encode() if isinstance(body, str) else body
+        dead = [q.name, t.name, dead_time, fields[0], lease.count]
+        copy = self._dead_letter_entry(body, body_bytes, attributes, fields[4], dead, t.id)
+        sent = self._append(dlq, [copy], self._now)[0]
+        dlq_seq = parse_message_id(sent.id)[1]  # type: ignore[union-attr, index]
+        old_due = lease.due
+        self._lease_saved(q, t, seq, Lease(ENDED_DEAD, lease.lane, dlq.id, lease.count,
+                                           lease.first, dlq_seq), old_due)
+        if seq in t.heads:
+            self._topic_head_ended(q, t, seq, self._now)
+        self._count(q.id, t.id, DEAD)
+        self._notify(dlq)
+
+    def _apply_expiries(self, q: QueueState, now: int) -> None:
+        """Dead-letter every lease that ran out by ``now`` having reached ``max_receives``."""
+        if self._dlq_of(q) is None:
+            return
+        max_receives = q.attributes["redrive"]["max_receives"]
+        store = self._store
+        for t in list(q.tags.values()):
+            lower = keys.timer_key(q.id, t.id, t.expiry_due, t.expiry_seq + 1)
+            upper = keys.timer_key(q.id, t.id, now + 1, 0)
+            moved = False
+            for key in list(Store.keys(store.timers, lower, upper)):
+                _, _, due, seq = keys.timer_key_decode(key)
+                lease = t.leases.get(seq)
+                if (lease is not None and lease.state == LEASED and lease.due == due
+                        and lease.count >= max_receives and seq >= q.gone_seq):
+                    self._move_to_dlq(q, t, seq, lease, due)
+                t.expiry_due, t.expiry_seq = due, seq
+                moved = True
+            if moved:
+                store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+
+    def dead(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
+             caller: str | None = None) -> list[LaminaError | None]:
+        """Dead-letter received messages at once, by their current receipts."""
+        with self._operation() as now:
+            self._check(caller, "receive", queue)
+            q = self._queue(queue)
+            t = self._tag(q, tag)
+            receipts = check_batch(receipts, "receipts")
+            self._advance(q, now)
+            if self._dlq_of(q) is None:
+                raise NoDeadLetterQueue(f"queue: {q.name!r} has no redrive policy",
+                                        field="queue")
+            results: list[LaminaError | None] = []
+            for receipt in receipts:
+                try:
+                    seq, lease = self._current_lease(q, t, receipt, now)
+                except LaminaError as exc:
+                    results.append(exc.with_traceback(None))
+                    continue
+                self._move_to_dlq(q, t, seq, lease, now)
+                results.append(None)
+            self._settle(q, now)
+            return results
+
+    def redrive(self, queue: str, source: str | None = None, since: int | None = None,
+                until: int | None = None, max: int = 1000, dry_run: bool = False, *,
+                caller: str | None = None) -> Redriven:
+        """Send dead letters of the DLQ ``queue`` back to the tag they died under."""
+        with self._operation() as now:
+            self._check(caller, "manage", queue)
+            dlq = self._queue(queue)
+            if source is not None:
+                check_name(source, "source")
+            if since is not None:
+                check_time_ms(since, "since")
+            if until is not None:
+                check_time_ms(until, "until")
+            limit = check_int(max, "max", 1, 100_000)
+            check_bool(dry_run, "dry_run")
+            self._advance(dlq, now)
+            moved = skipped = 0
+            default = self._tag(dlq, None)
+            for seq, lane, value in self._dead_letters(dlq):
+                if moved + skipped >= limit:
+                    break
+                if self._held_by_dlq(dlq, default, seq, value, now):
+                    continue
+                fields = cbor2.loads(value[PREFIX_SIZE:])
+                source_name, _, dead_time, original_id, _ = fields[8]
+                if source is not None and source_name.lower() != source.lower():
+                    continue
+                if (since is not None and dead_time < since) or \
+                        (until is not None and dead_time > until):
+                    continue
+                target = self._redrive_target(original_id,
+                                              PREFIX.unpack_from(value)[2] & ~DEAD_MARK, now)
+                if target is None:
+                    skipped += 1
+                    continue
+                moved += 1
+                if not dry_run:
+                    src, t, original = target
+                    for dlq_tag in dlq.tags.values():
+                        self._end_for(dlq, dlq_tag, seq, lane)
+                    old = t.leases.get(original)
+                    self._lease_saved(src, t, original,
+                                      Lease(LEASED, old.lane if old else lane, now, 0, 0, 0),
+                                      old.due if old is not None and old.state == LEASED
+                                      else None)
+                    self._notify(src)
+                    self._settle(src, now)
+            if not dry_run:
+                self._settle(dlq, now)
+            return Redriven(moved, skipped)
+
+    def _dead_letters(self, dlq: QueueState) -> Any:
+        """(seq, lane, log value) of every retained dead-letter copy of ``dlq``."""
+        unpack = PREFIX.unpack_from
+        for lane in list(dlq.lanes_used):
+            lower, upper = keys.log_lane_bounds(dlq.id, lane, dlq.gone_seq)
+            for key, value in list(Store.items(self._store.log, lower, upper)):
+                if unpack(value)[2] & DEAD_MARK:
+                    yield keys.log_seq(key), lane, value
+
+    def _held_by_dlq(self, dlq: QueueState, default: TagState, seq: int, value: bytes,
+                     now: int) -> bool:
+        """Ended for the DLQ's default tag, or Inflight for any DLQ tag."""
+        for t in dlq.tags.values():
+            lease = t.leases.get(seq)
+            if lease is not None and lease.state == LEASED and lease.due > now:
+                return True
+        return self._peek_state(dlq, default, seq, value, now)[0] in ("deleted", "dead")
+
+    def _redrive_target(self, original_id: str, tag_id: int,
+                        now: int) -> tuple[QueueState, TagState, int] | None:
+        parsed = parse_message_id(original_id)
+        if parsed is None:
+            return None
+        queue_id, seq, _ = parsed
+        src = self._queues.get(queue_id)
+        if src is None or seq < src.gone_seq:
+            return None
+        self._advance(src, now)
+        t = src.tags.get(tag_id)
+        if t is None or seq < src.gone_seq:
+            return None
+        lease = t.leases.get(seq)
+        if lease is not None and lease.state == LEASED and lease.due > now:
+            return None
+        return src, t, seq
+
+    def _end_for(self, q: QueueState, t: TagState, seq: int, lane: int) -> None:
+        """End ``seq`` for ``t`` whatever its state (an ENDED_AHEAD row, dropped with
+        ``gone_seq``); a lease goes stale, a topic head passes its topic on."""
+        old = t.leases.get(seq)
+        if old is not None and old.state != LEASED:
+            return
+        self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lane, 0, old.count if old else 0,
+                                           old.first if old else 0, 0),
+                          old.due if old is not None else None)
+        if seq in t.heads:
+            self._topic_head_ended(q, t, seq, self._now)
+
+    @staticmethod
+    def _dead_letter_entry(body: Any, body_bytes: bytes, attributes: dict[str, Any],
+                           priority: int, dead: list[Any], tag_id: int) -> Any:
+        from .messaging import _Entry  # a prepared entry bypasses send validation
+        from .records import cbor_head
+        body_cbor = (cbor_head(3, len(body_bytes)) if isinstance(body, str)
+                     else cbor_head(2, len(body_bytes))) + body_bytes
+        entry = _Entry(body_cbor, body_bytes, cbor2.dumps(attributes), None, priority, 0)
+        entry.dead_cbor = cbor2.dumps(dead)
+        entry.mark = DEAD_MARK | tag_id
+        return entry
+

@@ -1,0 +1,90 @@
+"""rewind (DESIGN.md §2 "Rewind").
+
+Rewind of a tag to ``time`` in O(log n + in-flight): one seek in the time index gives the seq
+``from_seq``; then the tag's cursors move back to it, its lease rows from it on are dropped
+with one range delete (the Inflight ones are written back: they keep their leases and are not
+offered again), timer rows of dropped leases are left to be skipped and deleted when a receive
+meets them, and the delay position moves back before every delay that can end at or after
+``time``. Delay entries below ``from_seq`` that the tag had already handled are recognised by
+``rewind_seq`` / the old delay position and skipped.
+
+Topics: a rewound message waits behind an Inflight message of its topic; when that head ends,
+its successor is looked for from ``from_seq`` rather than after the head
+(``TagState.topic_from``).
+"""
+
+from __future__ import annotations
+
+import cbor2
+
+from . import keys
+from .errors import RewindDisabled, RewindOutOfRange
+from .results import Rewound
+from .state import LEASED, QueueState, TagState
+from .topics import TopicOps
+from .validation import check_time_ms
+
+U64_MAX = (1 << 64) - 1
+
+
+class RewindOps(TopicOps):
+    """Needs ``_check`` from the engine."""
+
+    def rewind(self, queue: str, time: int, tag: str | None = None, *,
+               caller: str | None = None) -> Rewound:
+        """Make everything a tag (or every tag) received from ``time`` on never-delivered
+        again, except what is Inflight now."""
+        with self._operation() as now:
+            self._check(caller, "manage", queue)
+            q = self._queue(queue)
+            targets = [self._tag(q, tag)] if tag is not None else \
+                sorted(q.tags.values(), key=lambda t: t.name.lower())
+            time_ms = check_time_ms(time, "time")
+            window_ms = q.attributes["rewind"] * 1000
+            if not window_ms:
+                raise RewindDisabled(f"queue: {q.name!r} has rewind 0", field="queue")
+            if not now - window_ms <= time_ms <= now:
+                raise RewindOutOfRange(f"time: must lie within [{now - window_ms}, {now}]",
+                                       field="time")
+            self._advance(q, now)
+            for t in targets:
+                self._rewind_tag(q, t, max(time_ms, t.start_ms), now)
+            self._notify(q)
+            self._settle(q, now)
+            return Rewound(time_ms, [t.name for t in targets])
+
+    def _rewind_tag(self, q: QueueState, t: TagState, time_ms: int, now: int) -> None:
+        store = self._store
+        from_seq = max(self._first_seq_at(q, time_ms), q.gone_seq, t.start_seq)
+        if from_seq >= q.next_seq:
+            return
+        # Leases from from_seq on: Inflight ones stay, the rest go (one range delete).
+        kept = {seq: lease for seq, lease in t.leases.items()
+                if seq >= from_seq and lease.state == LEASED and lease.due > now}
+        for seq in [seq for seq in t.leases if seq >= from_seq]:
+            del t.leases[seq]
+        store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, from_seq),
+                           keys.tag_scope_bounds(q.id, t.id)[1])
+        for seq, lease in kept.items():
+            t.leases[seq] = lease
+            store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
+        # Topics: heads that stay Inflight keep their topic locked; rewound messages of it
+        # wait behind them and are looked for from from_seq when they end.
+        for topic, head in list(t.locked.items()):
+            if head in kept:
+                t.topic_from[topic] = min(t.topic_from.get(topic, from_seq), from_seq)
+            else:
+                t.unlock(topic)
+        # Cursors and the delay position move back.
+        for lane in q.lanes_used:
+            if t.cursors[lane] > from_seq:
+                t.cursors[lane] = from_seq
+                self._snap_cursor(q, t, lane)
+        if (t.delay_vt, t.delay_seq) >= (time_ms, 0):
+            t.rewind_vt, t.rewind_dseq = max((t.rewind_vt, t.rewind_dseq),
+                                             (t.delay_vt, t.delay_seq))
+            t.rewind_seq = from_seq
+            t.delay_vt, t.delay_seq = max(time_ms - 1, 0), U64_MAX
+        q.delayseq_from = min(q.delayseq_from, from_seq)
+        store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+        store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
