@@ -74,9 +74,12 @@ class Scan:
         self._it = it = family.iter(self._options)
         if last:
             it.seek_to_last()
+            # RocksDB may step below iterate_lower_bound going backwards (seen with an empty
+            # range): a reverse scan checks the bound itself.
+            self.valid = lambda: it.valid() and it.key() >= lower
         else:
             it.seek(lower)
-        self.valid = it.valid
+            self.valid = it.valid
         self.key = it.key
         self.value = it.value
         self.next = it.next

@@ -73,3 +73,21 @@ def test_engine_clock_holds_while_source_is_behind():
     assert clock.now() == 6000
     source.set(4000)
     assert clock.now() == 6000
+
+
+def test_reverse_scan_of_an_empty_range_finds_nothing(tmp_path):
+    from rocksdict import Options, Rdict
+
+    from lamina.engine.store import Store
+    db = Rdict(str(tmp_path / "db"), Options(raw_mode=True))
+    for i in range(10):
+        db[bytes([i])] = b"x"
+    assert not Store.scan(db, bytes([2]), bytes([2]), last=True).valid()
+    it = Store.scan(db, bytes([2]), bytes([5]), last=True)
+    assert it.key() == bytes([4])
+    it.prev(), it.prev()
+    assert it.key() == bytes([2])
+    it.prev()
+    assert not it.valid()
+    del it
+    db.close()
