@@ -32,10 +32,23 @@ from .errors import (
     UnknownOperation,
 )
 from .records import Message
-from .results import Delivery, QueueInfo, QueuePage, Sent, VisibilityChanged
+from .results import (
+    Delivery,
+    Grant,
+    PeekPage,
+    Peeked,
+    QueueInfo,
+    QueuePage,
+    Redriven,
+    Rewound,
+    Sent,
+    TagInfo,
+    VisibilityChanged,
+)
 
 __all__ = [
-    "AccessDenied", "Delivery", "Engine", "FakeClock", "InternalError", "InvalidArgument",
+    "AccessDenied", "Delivery", "Engine", "FakeClock", "Grant", "InternalError",
+    "InvalidArgument", "PeekPage", "Peeked", "Redriven", "Rewound", "TagInfo",
     "InvalidQueueName", "InvalidReceipt", "InvalidRedrivePolicy", "LaminaError", "Message",
     "MessageNotFound", "MessageTooLarge", "NoDeadLetterQueue", "ProtocolError",
     "QueueAlreadyExists", "QueueFull", "QueueInfo", "QueueNotFound", "QueuePage",
