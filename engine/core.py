@@ -28,10 +28,11 @@ from . import keys
 from .clock import Clock, EngineClock, wall_clock_ms
 from .errors import InternalError, LaminaError, QueueNotFound, TagNotFound, Unavailable
 from .receipts import ReceiptCodec, load_or_create_key
-from .records import PREFIX
+from .records import PREFIX, PREFIX_SIZE
 from .state import (
     DEAD_MARK,
     DEFAULT_LANE,
+    ENDED_AHEAD,
     ENDED_DEAD,
     LANE_RANGE,
     LEASED,
@@ -64,6 +65,8 @@ class EngineCore:
     if TYPE_CHECKING:
         def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
         def _apply_expiries(self, q: QueueState, now: int) -> None: ...
+        @staticmethod
+        def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
         def _count(self, queue: int, tag: int, field: int, amount: int = 1) -> None: ...
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
@@ -116,6 +119,9 @@ class EngineCore:
         self._grant_cache = None  # caches of meta rows, filled on first use
         self._topic_ids = None
         self._wake_heap: list[tuple[int, int, int]] = []  # (due_ms, queue, tag or 0 = all)
+        # (due_ms, queue): the earliest lease deadline of each queue with a redrive policy,
+        # so that every operation applies dead-letter moves due anywhere first.
+        self._expiry_heap: list[tuple[int, int]] = []
         for key, value in Store.items(meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
             self._load_queue(keys.queue_def_id(key), cbor2.loads(value))
 
@@ -141,6 +147,7 @@ class EngineCore:
         for key, value in Store.items(store.meta, tag_lower, tag_upper):
             self._load_tag(q, keys.tag_def_ids(key)[1], cbor2.loads(value))
         self._schedule_delay_wake(q, self._clock.last_ms)
+        self._schedule_expiry_check(q, 0)
         return q
 
     def _load_tag(self, q: QueueState, tag_id: int, definition: dict[str, Any]) -> TagState:
@@ -185,6 +192,11 @@ class EngineCore:
             # Reads inside an operation never depend on its own (unwritten) changes.
             self._write_pending()
         try:
+            if self._expiry_heap and self._expiry_heap[0][0] <= now:
+                # Moves due anywhere come first, written as their own batch so that the
+                # operation reads them.
+                self._apply_due_expiries(now)
+                self._write_pending()
             yield now
         except LaminaError:
             raise
@@ -292,19 +304,24 @@ class EngineCore:
 
     def _advance(self, q: QueueState, now: int) -> None:
         """Apply what is due by now before an operation on ``q`` acts: dead-letter moves of
-        leases that ran out, then ``expired_seq`` (messages older than ``retention``)."""
+        leases that ran out, then ``expired_seq`` (messages older than ``retention``).
+
+        What this changes is written at once, as its own batch: the operation then reads it
+        (an expired topic head passes its topic on with rows a receive must see)."""
+        pending = self._store.pending
         self._apply_expiries(q, now)
         horizon = now - q.attributes["retention"] * 1000
-        if q.oldest_live_ms >= 0 and horizon <= q.oldest_live_ms:
-            return
-        if q.expired_seq >= q.next_seq and horizon <= q.last_time_ms:
-            return
-        expired = self._first_seq_at(q, horizon)
-        if expired > q.expired_seq:
-            q.expired_seq = expired
-            self._raise_gone(q, max(q.gone_seq, expired))
-            self._persist_watermarks(q)
-        q.oldest_live_ms = self._production_ms(q, q.expired_seq)
+        if not (q.oldest_live_ms >= 0 and horizon <= q.oldest_live_ms) and not (
+                q.expired_seq >= q.next_seq and horizon <= q.last_time_ms):
+            expired = self._first_seq_at(q, horizon)
+            if expired > q.expired_seq:
+                q.expired_seq = expired
+                if expired > q.gone_seq:
+                    self._raise_gone(q, expired, expiry=True)
+                self._persist_watermarks(q)
+            q.oldest_live_ms = self._production_ms(q, q.expired_seq)
+        if self._store.pending > pending:
+            self._write_pending()
 
     def _production_ms(self, q: QueueState, seq: int) -> int:
         """Production time of message ``seq`` (-1 when it is not in the log)."""
@@ -402,7 +419,7 @@ class EngineCore:
                     continue
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
-                    expired += 1
+                    expired += expiry
                     store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
             for head in [seq for seq in t.heads if seq < gone]:
                 self._topic_head_ended(q, t, head, self._now)
@@ -429,24 +446,32 @@ class EngineCore:
         self._collect(q)
 
     def _snap_cursor(self, q: QueueState, t: TagState, lane: int) -> None:
-        """Move a cursor onto the lowest non-delayed message of its lane at or above it, or
-        past the lane's tail. Delayed messages reach tags through the delay index, never
-        through cursors, so stepping over them here passes nothing."""
+        """Move a cursor onto the lowest message of its lane at or above it that is not
+        already settled for the tag, or past the lane's tail (TagState invariant)."""
         cursor = t.cursors[lane]
         if cursor > q.lane_tail[lane]:
             return
         lower, upper = keys.log_lane_bounds(q.id, lane, cursor)
         it = Store.scan(self._store.log, lower, upper)
-        t.cursors[lane] = self._skip_delayed(it, q.lane_tail[lane])
+        t.cursors[lane] = self._skip_settled(t, it, q.lane_tail[lane])
 
-    @staticmethod
-    def _skip_delayed(it: Any, tail: int) -> int:
-        """Advance a lane iterator past delayed records -> the seq it rests on, or tail + 1."""
+    def _skip_settled(self, t: TagState, it: Any, tail: int) -> int:
+        """Advance a lane iterator past records a cursor has nothing to do with -> the seq it
+        rests on, or tail + 1. Settled: delayed (they reach tags through the delay index),
+        holding a lease row (leased, or ended ahead of the cursor), or outside the tag's
+        scope (Ended for it). Stepping over them passes nothing that is not Ended or counted
+        elsewhere in the floor."""
         unpack = PREFIX.unpack_from
+        leases = t.leases
         while it.valid():
-            enqueue_ms, visible_ms, _, _ = unpack(it.value())
+            value = it.value()
+            enqueue_ms, visible_ms, _, _ = unpack(value)
             if visible_ms == enqueue_ms:
-                return keys.log_seq(it.key())
+                seq = keys.log_seq(it.key())
+                if seq not in leases and (
+                        (t.filter is None and enqueue_ms >= t.start_ms and seq >= t.start_seq)
+                        or self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
+                    return seq
             it.next()
         return tail + 1
 
@@ -498,13 +523,32 @@ class EngineCore:
             q.next_delay_wake = -1
 
     def _lease_dropped(self, q: QueueState, t: TagState, seq: int, lease: Lease) -> None:
-        """A LEASED message is Ended for ``t`` (deleted): its rows go; a topic passes on."""
+        """A LEASED message is Ended for ``t`` (deleted): its rows go, or, when a cursor or the
+        delay index would still bring it (it was kept Inflight through a rewind), it stays
+        as an ENDED_AHEAD row. A topic it headed passes on."""
         store = self._store
-        del t.leases[seq]
-        store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
-        store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
+        if self._still_ahead(q, t, seq, lease.lane):
+            self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lease.lane, 0, lease.count,
+                                               lease.first, 0), lease.due)
+        else:
+            del t.leases[seq]
+            store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
+            store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
+
+    def _still_ahead(self, q: QueueState, t: TagState, seq: int, lane: int) -> bool:
+        """Whether a lane cursor or the delay index has yet to pass ``seq`` for ``t`` (a
+        leased message can be there only after a rewind)."""
+        if seq < t.cursors[lane] and not (t.rewind_seq and seq >= t.rewind_seq):
+            return False
+        value = self._store.log.get(keys.log_key(q.id, lane, seq))
+        if value is None:
+            return False
+        enqueue_ms, visible_ms, _, _ = PREFIX.unpack_from(value)
+        if visible_ms != enqueue_ms:  # delayed: only the delay index brings it
+            return (visible_ms, seq) > (t.delay_vt, t.delay_seq)
+        return seq >= t.cursors[lane]
 
     def _lease_saved(self, q: QueueState, t: TagState, seq: int, lease: Lease,
                      old_due: int | None) -> None:
@@ -528,6 +572,35 @@ class EngineCore:
                       bytes((lease.lane,)))
             if lease.due < t.next_wake or t.next_wake < 0:
                 self._register_wake(q, t, lease.due)
+            if q.attributes["redrive"] is not None and (
+                    q.next_expiry < 0 or lease.due < q.next_expiry):
+                q.next_expiry = lease.due
+                heapq.heappush(self._expiry_heap, (lease.due, q.id))
+
+    def _apply_due_expiries(self, now: int) -> None:
+        """Dead-letter moves due by ``now`` in every queue (before any operation acts)."""
+        heap = self._expiry_heap
+        while heap and heap[0][0] <= now:
+            due, queue_id = heapq.heappop(heap)
+            q = self._queues.get(queue_id)
+            if q is not None and due == q.next_expiry:
+                self._apply_expiries(q, now)
+                self._schedule_expiry_check(q, now)
+
+    def _schedule_expiry_check(self, q: QueueState, now: int) -> None:
+        """Register the first lease deadline after ``now`` of a queue with a redrive policy."""
+        q.next_expiry = -1
+        if q.attributes["redrive"] is None:
+            return
+        for t in q.tags.values():
+            lower = keys.timer_key(q.id, t.id, now + 1, 0)
+            it = Store.scan(self._store.timers, lower, keys.tag_scope_bounds(q.id, t.id)[1])
+            if it.valid():
+                due = keys.timer_key_decode(it.key())[2]
+                if q.next_expiry < 0 or due < q.next_expiry:
+                    q.next_expiry = due
+        if q.next_expiry >= 0:
+            heapq.heappush(self._expiry_heap, (q.next_expiry, q.id))
 
     def _register_wake(self, q: QueueState, t: TagState, due: int) -> None:
         """Keep one wake-up per tag registered: the earliest lease deadline known. The heap

@@ -53,8 +53,11 @@ class InspectionOps(CounterOps):
                 return self._active_or_parked(q, t, topic, seq), 0, None, None
         elif seq >= t.cursors[PREFIX.unpack_from(value)[3]]:
             return self._active_or_parked(q, t, topic, seq), 0, None, None
-        if topic and t.locked.get(topic, seq) < seq:
-            return "parked", 0, None, None
+        if topic:  # passed by the cursor: parked behind its topic's head, or ended
+            head = t.locked.get(topic)
+            if head is not None and head < seq or head is None and not self._topic_gate(
+                    q, t, topic, seq):
+                return "parked", 0, None, None
         return "deleted", 0, None, None
 
     def _active_or_parked(self, q: QueueState, t: TagState, topic: int, seq: int) -> str:
@@ -74,6 +77,9 @@ class InspectionOps(CounterOps):
             raise MessageNotFound(f"{field}: no message {message_id!r} in queue {q.name!r}",
                                   field=field)
         _, seq, lane = parsed
+        if seq < t.start_seq:
+            raise MessageNotFound(f"{field}: message {message_id!r} is before the start of tag "
+                                  f"{t.name!r}", field=field)
         if seq < q.gone_seq:
             return seq, lane, None
         value = self._store.log.get(keys.log_key(q.id, lane, seq))

@@ -627,7 +627,7 @@ class _Lessor:
                 it.next()
             if self.dry_run:
                 continue
-            cursor = self.engine._skip_delayed(it, tail) if len(self.out) >= self.count \
+            cursor = self.engine._skip_settled(t, it, tail) if len(self.out) >= self.count \
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor

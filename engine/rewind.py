@@ -24,7 +24,7 @@ from .state import LEASED, QueueState, TagState
 from .topics import TopicOps
 from .validation import check_time_ms
 
-U64_MAX = (1 << 64) - 1
+NO_SEQ = 1 << 63  # above every seq: a delay position before every entry of the next ms
 
 
 class RewindOps(TopicOps):
@@ -84,7 +84,7 @@ class RewindOps(TopicOps):
             t.rewind_vt, t.rewind_dseq = max((t.rewind_vt, t.rewind_dseq),
                                              (t.delay_vt, t.delay_seq))
             t.rewind_seq = from_seq
-            t.delay_vt, t.delay_seq = max(time_ms - 1, 0), U64_MAX
+            t.delay_vt, t.delay_seq = max(time_ms - 1, 0), NO_SEQ
         q.delayseq_from = min(q.delayseq_from, from_seq)
         store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
         store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))

@@ -187,6 +187,7 @@ class QueueState:
     tag_names: dict[str, int] = field(default_factory=dict)  # lower-cased name -> tag id
     delayseq_from: int = 0           # every delayseq entry below it is passed by every tag
     next_delay_wake: int = -1        # earliest pending delay end registered for wake-ups
+    next_expiry: int = -1            # earliest lease deadline registered for dead-letter moves
 
     def definition(self) -> dict[str, Any]:
         return {"name": self.name, "attributes": self.attributes, "created": self.created}
