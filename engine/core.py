@@ -407,10 +407,14 @@ class EngineCore:
     def _raise_gone(self, q: QueueState, gone: int, expiry: bool = False) -> None:
         """Move ``gone_seq`` up: drop lease rows below it, pass on topics whose head went,
         move cursors it overtook. With ``expiry``, count what expired while not Ended."""
+        if expiry:
+            for t in q.tags.values():
+                expired = self._not_ended_between(q, t, q.gone_seq, gone)
+                if expired:
+                    self._count(q.id, t.id, EXPIRED, expired)
         q.gone_seq = gone
         store = self._store
         for t in q.tags.values():
-            expired = 0
             heap, leases = t.row_heap, t.leases
             while heap and heap[0] < gone:
                 seq = heapq.heappop(heap)
@@ -419,31 +423,63 @@ class EngineCore:
                     continue
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
-                    expired += expiry
                     store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
             for head in [seq for seq in t.heads if seq < gone]:
                 self._topic_head_ended(q, t, head, self._now)
             moved = False
             for lane in q.lanes_used:
-                cursor = t.cursors[lane]
-                if cursor >= gone or cursor > q.lane_tail[lane]:
-                    continue
-                if expiry:  # never-delivered messages the cursor will not reach now
-                    upper = keys.log_key(q.id, lane, gone)
-                    for value in Store.values(store.log, keys.log_key(q.id, lane, cursor),
-                                              upper):
-                        enqueue_ms, visible_ms, _, _ = PREFIX.unpack_from(value)
-                        expired += visible_ms == enqueue_ms
-                t.cursors[lane] = gone
-                self._snap_cursor(q, t, lane)
-                moved = True
+                if t.cursors[lane] < gone and t.cursors[lane] <= q.lane_tail[lane]:
+                    t.cursors[lane] = gone
+                    self._snap_cursor(q, t, lane)
+                    moved = True
             if moved:
                 store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
-            if expired:
-                self._count(q.id, t.id, EXPIRED, expired)
         if q.delayseq_from < gone:
             q.delayseq_from = gone
         self._collect(q)
+
+    def _not_ended_between(self, q: QueueState, t: TagState, low: int, high: int) -> int:
+        """How many messages with ``low <= seq < high`` are not Ended for ``t`` (for the
+        ``expired`` counter; costs a walk of the range, once per expiry)."""
+        store = self._store
+        count = 0
+        for seq, lease in t.leases.items():
+            count += lease.state == LEASED and low <= seq < high
+        unpack = PREFIX.unpack_from
+        for lane in q.lanes_used:  # never delivered: ahead of the cursor, in scope, no row
+            start = max(t.cursors[lane], low)
+            if start >= high or start > q.lane_tail[lane]:
+                continue
+            lower, upper = keys.log_key(q.id, lane, start), keys.log_key(q.id, lane, high)
+            for key, value in Store.items(store.log, lower, upper):
+                enqueue_ms, visible_ms, _, _ = unpack(value)
+                seq = keys.log_seq(key)
+                count += (visible_ms == enqueue_ms and seq not in t.leases
+                          and self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]))
+        lower, upper = keys.delayseq_key(q.id, low), keys.delayseq_key(q.id, high)
+        for key, value in Store.items(store.delayseq, lower, upper):  # delayed, not taken
+            seq, visible_ms = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
+            if seq in t.leases or (visible_ms, seq) <= (t.delay_vt, t.delay_seq) or (
+                    seq < t.rewind_seq and (visible_ms, seq) <= (t.rewind_vt, t.rewind_dseq)):
+                continue
+            count += self._topic_or_plain_in_scope(q, t, seq)
+        for topic, head in list(t.locked.items()):  # parked behind a head
+            lower = keys.topic_key(q.id, topic, max(head + 1, low))
+            for key in Store.keys(store.topics, lower, keys.topic_key(q.id, topic, high)):
+                seq = keys.topic_key_decode(key)[2]
+                if seq not in t.leases and seq < t.cursors[DEFAULT_LANE]:
+                    value = store.log.get(keys.log_key(q.id, DEFAULT_LANE, seq))
+                    count += value is not None and unpack(value)[0] == unpack(value)[1] and \
+                        self._in_scope(t, seq, unpack(value)[0], value[PREFIX_SIZE:])
+        return count
+
+    def _topic_or_plain_in_scope(self, q: QueueState, t: TagState, seq: int) -> bool:
+        for lane in q.lanes_used:
+            value = self._store.log.get(keys.log_key(q.id, lane, seq))
+            if value is not None:
+                return self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                                      value[PREFIX_SIZE:])
+        return False
 
     def _snap_cursor(self, q: QueueState, t: TagState, lane: int) -> None:
         """Move a cursor onto the lowest message of its lane at or above it that is not
@@ -527,7 +563,10 @@ class EngineCore:
         delay index would still bring it (it was kept Inflight through a rewind), it stays
         as an ENDED_AHEAD row. A topic it headed passes on."""
         store = self._store
-        if self._still_ahead(q, t, seq, lease.lane):
+        # A head whose topic was rewound under it: the successor search will walk back over
+        # it, so it must stay recognisably Ended.
+        revisited = seq in t.heads and t.heads[seq] in t.topic_from
+        if revisited or self._still_ahead(q, t, seq, lease.lane):
             self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lease.lane, 0, lease.count,
                                                lease.first, 0), lease.due)
         else:

@@ -105,6 +105,7 @@ class InspectionOps(CounterOps):
             if after is not None and start is None:
                 raise InvalidArgument("after", "needs start")
             self._advance(q, now)
+            self._settle(q, now)
             if ids is not None:
                 return PeekPage(self._peek_ids(q, t, check_batch(ids, "ids"), now, max_bytes),
                                 None)

@@ -35,7 +35,15 @@ from .errors import (
     StaleReceipt,
 )
 from .receipts import ReceiptCodec
-from .records import PREFIX, PREFIX_SIZE, cbor_head, cbor_uint, encode_record, message_id
+from .records import (
+    PREFIX,
+    PREFIX_SIZE,
+    cbor_head,
+    cbor_uint,
+    encode_record,
+    message_id,
+    parse_message_id,
+)
 from .results import Delivery, Peeked, Sent, VisibilityChanged
 from .state import DEAD_MARK, LEASED, Lease, QueueState, Segment, TagState
 from .store import Store
@@ -172,6 +180,7 @@ class MessagingOps(TopicOps):
         first_in_lane: dict[int, int] = {}
         old_tails: dict[int, int] = {}
         first_ready: dict[int, int] = {}  # first non-delayed new seq per lane
+        delayed_seqs: set[int] = set()
         segment = self._open_segment(q, now)
         max_count, max_bytes = self.segment_max_messages, self.segment_max_bytes
         segment_end_ms = (segment.first_ms if segment else now) + self.segment_max_age_ms
@@ -231,6 +240,7 @@ class MessagingOps(TopicOps):
             tails[lane] = seq
             if delay_ms:
                 self._index_delay(q, seq, lane, now + delay_ms)
+                delayed_seqs.add(seq)
                 written += 2
             elif lane not in first_ready:
                 first_ready[lane] = seq
@@ -262,12 +272,18 @@ class MessagingOps(TopicOps):
             # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first
             # new non-delayed message, or past the new tail (TagState invariant). The move is
             # persisted, so reopening never walks a run of delayed messages.
+            # A filtered tag (or one whose start is ahead) snaps onto the first new message
+            # of its scope instead.
             for t in q.tags.values():
                 cursors = t.cursors
                 moved = False
+                scoped = t.filter is not None or t.start_ms > now
                 for lane in first_in_lane:
                     if cursors[lane] > old_tails[lane]:
-                        cursors[lane] = first_ready.get(lane, tails[lane] + 1)
+                        cursors[lane] = (self._first_in_scope(t, lane, results, messages, now,
+                                                              tails[lane], delayed_seqs)
+                                         if scoped
+                                         else first_ready.get(lane, tails[lane] + 1))
                         moved = True
                 if moved:
                     put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
@@ -276,6 +292,32 @@ class MessagingOps(TopicOps):
             self._persist_watermarks(q)
             self._notify(q)
         return results
+
+    @staticmethod
+    def _sent_attributes(raw: Any) -> tuple[dict[str, Any] | None, int, int]:
+        """-> (attributes, body size, lane) of an accepted send entry."""
+        if type(raw) is _Entry:
+            attributes = cbor2.loads(raw.attributes_cbor) if raw.attributes_cbor else None
+            return attributes, len(raw.body), raw.priority
+        if isinstance(raw, dict):
+            body = raw[1]
+            lane = raw.get(4) or DEFAULT_PRIORITY
+            return raw.get(2), len(body.encode() if isinstance(body, str) else body), lane
+        return None, len(raw.encode() if isinstance(raw, str) else raw), DEFAULT_PRIORITY
+
+    def _first_in_scope(self, t: TagState, lane: int, results: list[Any], messages: list[Any],
+                        now: int, tail: int, delayed_seqs: set[int]) -> int:
+        """The first message of this send in ``lane`` that a filtered tag receives and that
+        is not delayed (its cursor's new position), else past the tail."""
+        for raw, sent in zip(messages, results):
+            if not isinstance(sent, Sent):
+                continue
+            attributes, _, entry_lane = self._sent_attributes(raw)
+            seq = parse_message_id(sent.id)[1]  # type: ignore[index]
+            if entry_lane == lane and seq not in delayed_seqs and now >= t.start_ms and (
+                    t.filter is None or filter_matches(t.filter, attributes)):
+                return seq
+        return tail + 1
 
     def _count_sent(self, q: QueueState, results: list[Any], messages: list[Any],
                     bytes_in: int) -> None:
@@ -292,12 +334,11 @@ class MessagingOps(TopicOps):
                 continue
             count = size = 0
             for raw, sent in accepted:
-                attributes = raw.get(2) if isinstance(raw, dict) else None
+                attributes, body_size, _ = self._sent_attributes(raw)
                 if t.start_ms <= self._now and (t.filter is None
                                                 or filter_matches(t.filter, attributes)):
                     count += 1
-                    body = raw.get(1) if isinstance(raw, dict) else raw
-                    size += len(body.encode() if isinstance(body, str) else body)
+                    size += body_size
             if count:
                 self._count(q.id, t.id, SENT, count)
                 self._count(q.id, t.id, BYTES_IN, size)
