@@ -55,6 +55,10 @@ SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
 
 
+class _WriteFailed(Exception):
+    """A batch could not be written; nothing of it took effect."""
+
+
 class EngineCore:
     """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
@@ -68,6 +72,7 @@ class EngineCore:
         @staticmethod
         def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
         def _count(self, queue: int, tag: int, field: int, amount: int = 1) -> None: ...
+        def _write_counters(self) -> None: ...
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
@@ -89,7 +94,6 @@ class EngineCore:
         # a server wakes waiting receives with it.
         self.on_activity: Callable[[str], None] | None = None
         self._group_depth = 0
-        self._group_failed = False
         self._unsynced = False
         self._closed = False
         self._persisted_clock = -1
@@ -118,6 +122,8 @@ class EngineCore:
         self._queue_names: dict[str, int] = {}
         self._grant_cache = None  # caches of meta rows, filled on first use
         self._topic_ids = None
+        self._counter_cache = None
+        self._dirty_counters: set[tuple[int, int, int]] = set()
         self._wake_heap: list[tuple[int, int, int]] = []  # (due_ms, queue, tag or 0 = all)
         # (due_ms, queue): the earliest lease deadline of each queue with a redrive policy,
         # so that every operation applies dead-letter moves due anywhere first.
@@ -183,73 +189,70 @@ class EngineCore:
 
     @contextmanager
     def _operation(self) -> Iterator[int]:
-        """Frame of every public operation: yields ``now``; commits unless inside a group."""
+        """Frame of every public operation: yields ``now``; writes what the operation changed
+        as one atomic batch when it returns (and syncs the WAL with ``fsync``, unless inside
+        a group: the group's owner syncs once for all of them)."""
         if self._closed:
             raise Unavailable("the engine is closed")
         now = self._now = self._clock.now()
-        if self._store.pending:
-            # Operation boundary: what earlier operations of a group wrote becomes readable.
-            # Reads inside an operation never depend on its own (unwritten) changes.
-            self._write_pending()
         try:
             if self._expiry_heap and self._expiry_heap[0][0] <= now:
-                # Moves due anywhere come first, written as their own batch so that the
-                # operation reads them.
+                # Dead-letter moves due anywhere come first, written as their own batch so
+                # that the operation reads them.
                 self._apply_due_expiries(now)
                 self._write_pending()
-            yield now
+            try:
+                yield now
+            except LaminaError:
+                # Refused before changing anything (rule 1); what is pending was brought to
+                # `now` by the frame (expiries) and stands on its own.
+                self._write_pending()
+                raise
+            self._write_pending()
+        except _WriteFailed as exc:
+            raise Unavailable(f"storage write failed, nothing changed: {exc}") from None
         except LaminaError:
             raise
         except Exception as exc:
             log.exception("internal error; rebuilding state from the store")
             self._recover()
             raise InternalError(f"{type(exc).__name__}: {exc}") from exc
-        if self._group_depth == 0:
-            self._commit()
+        if self._group_depth == 0 and self.fsync and self._unsynced:
+            self.sync_wal()
 
     @contextmanager
     def group(self) -> Iterator[None]:
-        """Apply every operation inside as one write batch (group commit).
+        """Operations inside share one WAL sync (group commit).
 
-        Operations take effect in call order; the batch is written when the outermost group
-        ends. With ``fsync``, call ``sync_wal`` after it (a server does so in a worker thread)
-        before acknowledging anything. If the write fails, every operation of the group had no
-        effect: ``Unavailable`` is raised and memory is rebuilt from the store.
+        Each operation still takes effect in call order and is written as its own atomic
+        batch when it returns (so the next one reads it; writes without sync cost
+        microseconds). With ``fsync``, the owner of the group calls ``sync_wal`` once after it
+        — a server does so in a worker thread — before acknowledging any of them.
         """
         self._group_depth += 1
         try:
             yield
         finally:
             self._group_depth -= 1
-            if self._group_depth == 0 and not self._closed:
-                self._commit(sync=False)
-
-    def _commit(self, sync: bool | None = None) -> None:
-        failed, self._group_failed = self._group_failed, False
-        if failed:
-            raise Unavailable("storage write failed; the group had no effect")
-        if self._store.pending:
-            self._write_pending()
-            if self._group_failed:
-                self._group_failed = False
-                raise Unavailable("storage write failed; the operation had no effect")
-        if self._unsynced and (self.fsync if sync is None else sync):
-            self.sync_wal()
 
     def _write_pending(self) -> None:
-        """Write the pending batch with the engine clock; on failure rebuild memory from the
-        store and mark the group failed (none of its operations took effect)."""
+        """Write the pending batch with the engine clock. On failure memory is rebuilt from
+        the store (which never saw the batch) and ``_WriteFailed`` is raised."""
         store = self._store
+        if self._dirty_counters:
+            self._write_counters()
+        if not store.pending:
+            return
         now = self._clock.last_ms
         if now != self._persisted_clock:
             store.put(store.meta_h, keys.META_CLOCK, keys.u64(now))
         try:
             store.flush()
-        except Exception:
+        except Exception as exc:
             log.exception("write failed; rebuilding state from the store")
-            self._group_failed = True
+            store.discard()
             self._recover()
-            return
+            raise _WriteFailed(str(exc)) from exc
         self._persisted_clock = now
         self._unsynced = True
 
@@ -260,13 +263,16 @@ class EngineCore:
 
     def _recover(self) -> None:
         self._store.discard()
+        self._dirty_counters.clear()
         self._load()
 
     def close(self) -> None:
         """Write what is pending and close the store. Idempotent."""
         if self._closed:
             return
-        self._commit(sync=self.fsync)
+        self._write_pending()
+        if self.fsync and self._unsynced:
+            self.sync_wal()
         self._closed = True
         self._store.close()
 
@@ -609,6 +615,8 @@ class EngineCore:
         if lease.state == LEASED:
             store.put(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq),
                       bytes((lease.lane,)))
+            if lease.due < t.min_due:
+                t.min_due = lease.due
             if lease.due < t.next_wake or t.next_wake < 0:
                 self._register_wake(q, t, lease.due)
             if q.attributes["redrive"] is not None and (

@@ -53,12 +53,23 @@ class CounterOps(EngineCore):
                 self._store.delete(self._store.meta_h,
                                    keys.day_key(queue, tag, day - KEEP_DAYS))
         row[field] += amount
-        self._store.put(self._store.meta_h, keys.day_key(queue, tag, day), _ROW.pack(*row))
+        self._dirty_counters.add(row_key)
+
+    def _write_counters(self) -> None:
+        """Put every counter row changed by the operation (once each, not once per bump)."""
+        rows = self._counter_rows()
+        store = self._store
+        for row_key in self._dirty_counters:
+            row = rows.get(row_key)
+            if row is not None:
+                store.put(store.meta_h, keys.day_key(*row_key), _ROW.pack(*row))
+        self._dirty_counters.clear()
 
     def _forget_counters(self, queue: int, tag: int | None = None) -> None:
         rows = self._counter_rows()
         for row_key in [k for k in rows if k[0] == queue and (tag is None or k[1] == tag)]:
             del rows[row_key]
+            self._dirty_counters.discard(row_key)
         store = self._store
         if tag is None:
             store.delete_range(store.meta_h, *keys.day_bounds(queue))

@@ -61,6 +61,7 @@ from .validation import (
 )
 
 EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
+NEVER = 1 << 63     # a time after every deadline
 _SEND_KEYS = frozenset((1, 2, 3, 4, 5))
 
 
@@ -354,6 +355,9 @@ class MessagingOps(TopicOps):
         if q.next_delay_wake < 0 or visible < q.next_delay_wake:
             q.next_delay_wake = visible
             heapq.heappush(self._wake_heap, (visible, q.id, 0))
+        for t in q.tags.values():
+            if visible < t.delay_hint:
+                t.delay_hint = visible
 
     def _open_segment(self, q: QueueState, now: int) -> Segment | None:
         if not q.segments:
@@ -594,24 +598,48 @@ class _Lessor:
                                  lease.due))
 
     def _active_again(self) -> None:
-        """Merge expired leases (timers) and ended delays, by (time Active, seq)."""
+        """Merge expired leases (timers) and ended delays, by (time Active, seq).
+
+        Each source is walked only when something in it can be due: ``t.min_due`` and
+        ``t.delay_hint`` are lower bounds of the next deadline in each, refreshed by the walk
+        itself (it reads one row past ``now`` and remembers its time)."""
         q, t, store, now = self.q, self.t, self.store, self.now
-        lower, upper = keys.timer_key(q.id, t.id, 0, 0), keys.timer_key(q.id, t.id, now + 1, 0)
-        timers = Store.scan(store.timers, lower, upper)
-        lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
-        upper = keys.delay_key(q.id, now + 1, 0)
-        delays = Store.scan(store.delays, lower, upper)
+        timers = delays = None
+        if t.min_due <= now:
+            lower, upper = keys.tag_scope_bounds(q.id, t.id)
+            timers = Store.scan(store.timers, lower, upper)
+        if t.delay_hint <= now:
+            lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
+            delays = Store.scan(store.delays, lower, keys.queue_bounds(q.id)[1])
         log = store.log
+        kept_due = NEVER  # the first timer row met that stays (not leased now)
         while len(self.out) < self.count and self.budget > 0:
-            timer = keys.timer_key_decode(timers.key())[2:] if timers.valid() else None
-            delay = keys.delay_key_decode(delays.key())[1:] if delays.valid() else None
+            timer = delay = None
+            if timers is not None:
+                if timers.valid():
+                    timer = keys.timer_key_decode(timers.key())[2:]
+                    if timer[0] > now:
+                        self._timers_done(min(kept_due, timer[0]))
+                        timers = timer = None
+                else:
+                    self._timers_done(kept_due)
+                    timers = None
+            if delays is not None:
+                if delays.valid():
+                    delay = keys.delay_key_decode(delays.key())[1:]
+                    if delay[0] > now:
+                        self._delays_done(delay[0])
+                        delays = delay = None
+                else:
+                    self._delays_done(NEVER)
+                    delays = None
             if timer is None and delay is None:
                 return
             self.budget -= 1
             if delay is None or (timer is not None and timer <= delay):
                 due, seq = timer  # type: ignore[misc]
-                lane = timers.value()[0]
-                timers.next()
+                lane = timers.value()[0]  # type: ignore[union-attr]
+                timers.next()  # type: ignore[union-attr]
                 lease = t.leases.get(seq)
                 if lease is None or lease.state != LEASED or lease.due != due:
                     if not self.dry_run:  # a row left behind by a rewind: drop it now
@@ -623,13 +651,14 @@ class _Lessor:
                 topic_id = PREFIX.unpack_from(value)[2]
                 if 0 < topic_id < DEAD_MARK and (t.locked.get(topic_id, seq) != seq
                                                  or topic_id in self.topics_taken):
+                    kept_due = min(kept_due, due)
                     continue  # waits behind the Inflight head of its topic
                 if not self._fits(value):
                     return
                 self._lease(seq, lane, value, lease)
             else:
                 visible, seq = delay
-                lane = delays.value()[0]
+                lane = delays.value()[0]  # type: ignore[union-attr]
                 handled = seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)
                 if seq >= q.gone_seq and seq not in t.leases and not handled:
                     value = log.get(keys.log_key(q.id, lane, seq))
@@ -637,10 +666,21 @@ class _Lessor:
                         if not self._fits(value):
                             return
                         self._lease(seq, lane, value, None)
-                delays.next()
+                delays.next()  # type: ignore[union-attr]
                 if not self.dry_run:
                     t.delay_vt, t.delay_seq = visible, seq
                     self.tag_moved = True
+
+    def _timers_done(self, next_due: int) -> None:
+        """The timer walk passed ``now``: the next due time is ``next_due``, or that of the
+        leases this receive made (their rows are not written yet, so the walk cannot see
+        them)."""
+        if not self.dry_run:
+            self.t.min_due = min(next_due, self.due) if self.out else next_due
+
+    def _delays_done(self, next_visible: int) -> None:
+        if not self.dry_run:
+            self.t.delay_hint = next_visible
 
     def _never_delivered(self) -> None:
         """Lane cursors, highest priority first; delayed records are stepped over."""

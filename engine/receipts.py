@@ -44,13 +44,17 @@ def load_or_create_key(path: Path) -> bytes:
 class ReceiptCodec:
     """Issues and checks receipts under one key. Thread-safe (no mutable state)."""
 
-    __slots__ = ("_key",)
+    __slots__ = ("_keyed",)
 
     def __init__(self, key: bytes):
-        self._key = key
+        # Keying BLAKE2b costs a compression; copying a keyed state is cheaper (measured
+        # 0.54 -> 0.32 us per MAC, two per delivered message).
+        self._keyed = hashlib.blake2b(key=key, digest_size=MAC_BYTES)
 
     def _mac(self, body: bytes) -> bytes:
-        return hashlib.blake2b(body, key=self._key, digest_size=MAC_BYTES).digest()
+        mac = self._keyed.copy()
+        mac.update(body)
+        return mac.digest()
 
     def issue(self, queue: int, tag: int, lane: int, seq: int, lease: int) -> bytes:
         body = _BODY.pack(queue, tag, lane, seq, lease)

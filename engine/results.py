@@ -23,30 +23,60 @@ class QueuePage:
     next: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
+class _Plain:
+    """Hot-path results (one per message) are plain slotted classes: constructing a frozen
+    dataclass costs 3-4x more (measured: Delivery 0.56 -> 0.13 us, Sent 0.31 -> 0.09 us)."""
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__ if name[0] != "_")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._fields() == self._fields()  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__
+                           if name[0] != "_")
+        return f"{type(self).__name__}({fields})"
+
+
+class Sent(_Plain):
     """One accepted send entry: ``[id, enqueue_time, md5]`` on the wire."""
 
-    id: str
-    enqueue_time: int
-    md5: bytes
+    __slots__ = ("id", "enqueue_time", "md5")
+
+    def __init__(self, id: str, enqueue_time: int, md5: bytes):
+        self.id = id
+        self.enqueue_time = enqueue_time
+        self.md5 = md5
 
 
-@dataclass(frozen=True)
-class Delivery:
+class Delivery(_Plain):
     """One leased message: ``[record, receipt, dequeue_count, first_dequeue_time,
     next_visible_time]`` on the wire. ``record`` is the stored CBOR record, spliced unchanged
     into responses; ``message`` decodes it on demand."""
 
-    record: bytes
-    receipt: bytes
-    dequeue_count: int
-    first_dequeue_time: int
-    next_visible_time: int
+    __slots__ = ("record", "receipt", "dequeue_count", "first_dequeue_time",
+                 "next_visible_time", "_message")
 
-    @cached_property
+    def __init__(self, record: bytes, receipt: bytes, dequeue_count: int,
+                 first_dequeue_time: int, next_visible_time: int):
+        self.record = record
+        self.receipt = receipt
+        self.dequeue_count = dequeue_count
+        self.first_dequeue_time = first_dequeue_time
+        self.next_visible_time = next_visible_time
+        self._message: Message | None = None
+
+    @property
     def message(self) -> Message:
-        return Message.decode(self.record)
+        if self._message is None:
+            self._message = Message.decode(self.record)
+        return self._message
 
     @property
     def id(self) -> str:

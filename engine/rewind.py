@@ -86,5 +86,6 @@ class RewindOps(TopicOps):
             t.rewind_seq = from_seq
             t.delay_vt, t.delay_seq = max(time_ms - 1, 0), NO_SEQ
         q.delayseq_from = min(q.delayseq_from, from_seq)
+        t.delay_hint = 0
         store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
         store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))

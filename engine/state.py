@@ -99,7 +99,7 @@ class TagState:
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
         "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
         "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
-        "topic_from", "row_heap", "stats_cache",
+        "topic_from", "row_heap", "stats_cache", "min_due", "delay_hint",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -133,6 +133,10 @@ class TagState:
         # topic -> seq to look for a successor from when its (Inflight) head ends (rewind).
         self.topic_from: dict[int, int] = {}
         self.stats_cache: tuple[int, int, int] | None = None  # (when, active, parked)
+        # Lower bounds of the next timer row's due time and of the next delay end past the
+        # delay position: a receive walks a source only once they are <= now.
+        self.min_due = 0
+        self.delay_hint = 0
 
     def lock(self, topic: int, head: int) -> None:
         old = self.locked.get(topic)
