@@ -30,6 +30,9 @@ Rules of the connection state (every one of them lives in this file):
 5. A tag, an odd simple value or a NaN/infinite float inside ``args`` fails that request alone:
    a RejectedRequest with InvalidArgument naming the top-level argument it sits under.
 
+Frames and strict CBOR, and the receive/peek encoders that splice stored records, live in
+``framing.py``; the latter are re-exported here so servers need only this module.
+
 Errors split as in h11: the peer misbehaving is a ProtocolViolation event carrying the wire
 ``ProtocolError``; our own code misusing this API raises :class:`LocalProtocolError`.
 """
@@ -52,52 +55,32 @@ from .framing import (
     FRAME_HEADER_BYTES,
     MAX_FRAME_LENGTH,
     MIN_MAX_FRAME_BYTES,
+    PEEK_STATES,
     PRE_AUTH_MAX_FRAME_BYTES,
+    Delivery,
     FrameReader,
+    PeekEntry,
+    Peeked,
     decode_item,
+    delivery_size,
     encode_frame_header,
-    encode_head,
-    encode_int,
+    encode_peek_response,
+    encode_receive_response,
     find_unsupported_value,
-    head_size,
-    int_size,
+    peek_entry_size,
+    peek_response_overhead,
+    receive_response_overhead,
 )
 
 __all__ = [
-    "AUTH_CONTEXT",
-    "DEFAULT_MAX_INFLIGHT",
-    "DEFAULT_MAX_WAITING",
-    "MAX_REQUEST_ID",
-    "NONCE_BYTES",
-    "PEEK_STATES",
-    "PROTOCOL_VERSION",
-    "SERVER_NAME",
-    "ClientConnection",
-    "ClientEvent",
-    "Delivery",
-    "Greeting",
-    "LocalProtocolError",
-    "PeekEntry",
-    "Peeked",
-    "ProtocolViolation",
-    "RejectedRequest",
-    "Request",
-    "Response",
-    "ServerConnection",
-    "ServerEvent",
-    "auth_signature",
-    "delivery_size",
-    "encode_error_response",
-    "encode_greeting",
-    "encode_message",
-    "encode_peek_response",
-    "encode_protocol_error",
-    "encode_receive_response",
-    "encode_response",
-    "peek_entry_size",
-    "peek_response_overhead",
-    "receive_response_overhead",
-    "verify_auth_signature",
+    "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "MAX_REQUEST_ID",
+    "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
+    "ClientEvent", "Delivery", "Greeting", "LocalProtocolError", "PeekEntry", "Peeked",
+    "ProtocolViolation", "RejectedRequest", "Request", "Response", "ServerConnection",
+    "ServerEvent", "auth_signature", "delivery_size", "encode_error_response",
+    "encode_greeting", "encode_message", "encode_peek_response", "encode_protocol_error",
+    "encode_receive_response", "encode_response", "peek_entry_size", "peek_response_overhead",
+    "receive_response_overhead", "verify_auth_signature",
 ]
 
 #: PROTOCOL §1 greeting ``protocol``; additions never bump it.
@@ -112,8 +95,6 @@ MAX_REQUEST_ID = 2**63 - 1
 #: PROTOCOL §2 defaults, advertised in the greeting.
 DEFAULT_MAX_INFLIGHT = 1024
 DEFAULT_MAX_WAITING = 64
-#: PROTOCOL §4: the states a peeked message can be in.
-PEEK_STATES = frozenset({"active", "inflight", "delayed", "parked", "deleted", "dead"})
 #: PROTOCOL §3: domain separation for the auth HMAC.
 AUTH_CONTEXT = b"lamina-auth-v1"
 
@@ -184,14 +165,6 @@ class Response(NamedTuple):
 ServerEvent: TypeAlias = Request | RejectedRequest | ProtocolViolation
 ClientEvent: TypeAlias = Greeting | Response | ProtocolViolation
 
-#: ``(record, receipt, dequeue_count, first_dequeue_time, next_visible_time)``; ``record`` is the
-#: stored, already-encoded CBOR record (PROTOCOL §4).
-Delivery: TypeAlias = tuple[bytes, bytes, int, int, int]
-#: ``(record, state, dequeue_count, first_dequeue_time, next_visible_time)``.
-Peeked: TypeAlias = tuple[bytes, str, int, int | None, int | None]
-#: A peek entry is a peeked message, or (``ids`` mode) the error map for that id.
-PeekEntry: TypeAlias = Peeked | Mapping[str, Any] | LaminaError
-
 
 # --- Encoding whole frames ---------------------------------------------------------------------
 
@@ -243,104 +216,6 @@ def encode_greeting(
         "auth": auth_required, "nonce": bytes(nonce), "features": list(features),
         "limits": limits,
     }])
-
-
-# --- Splicing stored records into receive and peek responses -----------------------------------
-#
-# A stored record is already one CBOR item (PROTOCOL §4), so a response embedding it is built
-# from hand-written heads around the stored bytes: never decoded, never re-encoded. Every piece
-# is encoded as cbor2.dumps would (shortest heads, dict order), so the output is byte-identical
-# to cbor2.dumps of the decoded structure. Sizes below are exact, for staying under max_frame.
-
-_ARRAY_OF_3 = encode_head(4, 3)
-_ARRAY_OF_5 = encode_head(4, 5)
-_MAP_OF_1 = encode_head(5, 1)
-_MAP_OF_2 = encode_head(5, 2)
-_NULL = cbor2.dumps(None)
-_MESSAGES_KEY = cbor2.dumps("messages")
-_NEXT_KEY = cbor2.dumps("next")
-_STATE_TEXTS = {state: cbor2.dumps(state) for state in PEEK_STATES}
-
-
-def delivery_size(delivery: Delivery) -> int:
-    """Bytes ``delivery`` adds to a receive response."""
-    record, receipt, dequeue_count, first_dequeue_time, next_visible_time = delivery
-    return (len(_ARRAY_OF_5) + len(record) + head_size(len(receipt)) + len(receipt)
-            + int_size(dequeue_count) + int_size(first_dequeue_time) + int_size(next_visible_time))
-
-
-def receive_response_overhead(request_id: int, count: int) -> int:
-    """Bytes of a receive response body besides its ``count`` deliveries (no length prefix):
-    body length = this + sum of :func:`delivery_size`, which must stay <= max_frame."""
-    return (len(_ARRAY_OF_3) + int_size(request_id) + len(_NULL) + len(_MAP_OF_1)
-            + len(_MESSAGES_KEY) + head_size(count))
-
-
-def encode_receive_response(request_id: int, deliveries: Sequence[Delivery]) -> bytes:
-    """The frame ``[id, null, {"messages": [delivery...]}]``, each delivery
-    ``[record, receipt, dequeue_count, first_dequeue_time, next_visible_time]``."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _MESSAGES_KEY,
-             encode_head(4, len(deliveries))]
-    extend = parts.extend
-    for record, receipt, dequeue_count, first_dequeue_time, next_visible_time in deliveries:
-        extend((_ARRAY_OF_5, record, encode_head(2, len(receipt)), receipt,
-                encode_int(dequeue_count), encode_int(first_dequeue_time),
-                encode_int(next_visible_time)))
-    return _frame_of_parts(parts)
-
-
-def _optional_int(value: int | None) -> bytes:
-    return _NULL if value is None else encode_int(value)
-
-
-def _state_text(state: str) -> bytes:
-    try:
-        return _STATE_TEXTS[state]
-    except KeyError:
-        raise LocalProtocolError(f"peek state {state!r} is not one of {sorted(PEEK_STATES)}") from None
-
-
-def peek_entry_size(entry: PeekEntry) -> int:
-    """Bytes ``entry`` adds to a peek response."""
-    if isinstance(entry, tuple):
-        record, state, dequeue_count, first_dequeue_time, next_visible_time = entry
-        return (len(_ARRAY_OF_5) + len(record) + len(_state_text(state)) + int_size(dequeue_count)
-                + (1 if first_dequeue_time is None else int_size(first_dequeue_time))
-                + (1 if next_visible_time is None else int_size(next_visible_time)))
-    return len(_encode_error_entry(entry))
-
-
-def peek_response_overhead(request_id: int, count: int, next_cursor: Any) -> int:
-    """Bytes of a peek response body besides its ``count`` entries (no length prefix)."""
-    return (len(_ARRAY_OF_3) + int_size(request_id) + len(_NULL) + len(_MAP_OF_2)
-            + len(_MESSAGES_KEY) + head_size(count) + len(_NEXT_KEY) + len(cbor2.dumps(next_cursor)))
-
-
-def _encode_error_entry(entry: Mapping[str, Any] | LaminaError) -> bytes:
-    return cbor2.dumps(entry.to_wire() if isinstance(entry, LaminaError) else entry)
-
-
-def encode_peek_response(request_id: int, entries: Sequence[PeekEntry], next_cursor: Any) -> bytes:
-    """The frame ``[id, null, {"messages": [entry...], "next": next_cursor}]``, each entry
-    ``[record, state, dequeue_count, first_dequeue_time|null, next_visible_time|null]`` or, in
-    ``ids`` mode, an error map (or LaminaError) for an id that failed."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_2, _MESSAGES_KEY,
-             encode_head(4, len(entries))]
-    for entry in entries:
-        if isinstance(entry, tuple):
-            record, state, dequeue_count, first_dequeue_time, next_visible_time = entry
-            parts.extend((_ARRAY_OF_5, record, _state_text(state), encode_int(dequeue_count),
-                          _optional_int(first_dequeue_time), _optional_int(next_visible_time)))
-        else:
-            parts.append(_encode_error_entry(entry))
-    parts.extend((_NEXT_KEY, cbor2.dumps(next_cursor)))
-    return _frame_of_parts(parts)
-
-
-def _frame_of_parts(parts: list[bytes]) -> bytes:
-    """Join ``parts[1:]`` as a frame body; ``parts[0]`` is the placeholder for the prefix."""
-    parts[0] = encode_frame_header(sum(map(len, parts)))
-    return b"".join(parts)
 
 
 # --- Authentication ----------------------------------------------------------------------------

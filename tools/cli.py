@@ -1,7 +1,8 @@
 """The ``lamina`` command line.
 
-Until the network server lands, ``lamina demo`` runs a short embedded tour through the engine
-(create, send, receive, delete) against a local data directory.
+``lamina serve`` runs the server (options in ``lamina.server.config``); ``lamina demo`` runs a
+short embedded tour through the engine (create, send, receive, delete) against a local data
+directory.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from lamina.engine import Engine
+from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -27,13 +29,26 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from lamina.server.run import run_server  # trio and the server only when serving
+    return run_server(args.config)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lamina", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a short embedded tour through the engine")
     demo.add_argument("--data", default="./lamina-data", help="data directory")
     demo.set_defaults(run=_demo)
+    serve = commands.add_parser("serve", help="run the Lamina server")
+    add_serve_arguments(serve)
+    serve.set_defaults(run=_serve)
     args = parser.parse_args(argv)
+    if args.run is _serve:
+        try:
+            args.config = config_from_args(args)
+        except ConfigError as exc:
+            serve.error(str(exc))
     return int(args.run(args))
 
 

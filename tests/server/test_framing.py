@@ -7,21 +7,28 @@ import struct
 
 import cbor2
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lamina.engine.errors import ProtocolError
+from lamina.engine.errors import LaminaError, ProtocolError
 from lamina.server.framing import (
     MAX_NESTING_DEPTH,
+    PEEK_STATES,
     CBORTagged,
     FrameReader,
     decode_item,
+    delivery_size,
     encode_frame_header,
     encode_head,
     encode_int,
+    encode_peek_response,
+    encode_receive_response,
     find_unsupported_value,
     head_size,
     int_size,
+    peek_entry_size,
+    peek_response_overhead,
+    receive_response_overhead,
 )
 
 
@@ -280,3 +287,76 @@ def test_plain_values_are_supported() -> None:
     plain = decode_item(cbor2.dumps([True, False, None, 1, -1, 1.5, -0.0, "t", b"b", [], {},
                                      {1: [2**64 - 1, -(2**64)]}, {(1, 2): 0}]))
     assert find_unsupported_value(plain) is None
+
+
+# --- Spliced receive and peek frames -----------------------------------------------------------
+
+ints = st.integers(min_value=0, max_value=2**64 - 1)
+records = st.builds(
+    lambda *fields: cbor2.dumps(list(fields)),
+    st.text(max_size=30),  # id
+    st.one_of(st.binary(max_size=300), st.text(max_size=100)),  # body
+    st.one_of(st.none(), st.dictionaries(st.text(max_size=8), st.one_of(
+        st.text(max_size=8), st.binary(max_size=8), st.integers(), st.booleans(),
+        st.floats(allow_nan=False, allow_infinity=False)), max_size=4)),  # attributes
+    st.one_of(st.none(), st.text(max_size=10)),  # topic
+    st.integers(min_value=1, max_value=16), ints, ints,  # priority, enqueue_time, visible_time
+    st.binary(min_size=16, max_size=16),  # md5
+    st.one_of(st.none(), st.tuples(st.text(max_size=5), st.text(max_size=5), ints,
+                                   st.text(max_size=5), ints).map(list)),  # dead
+)
+deliveries = st.tuples(records, st.binary(max_size=300), ints, ints, ints)
+request_ids = st.integers(min_value=1, max_value=2**63 - 1)
+
+
+@settings(max_examples=200)
+@given(request_ids, st.lists(deliveries, max_size=30))
+def test_receive_response_splices_records_byte_identically(request_id: int, items: list[Any]) -> None:
+    data = encode_receive_response(request_id, items)
+    body = data[4:]
+    structure = [request_id, None, {"messages": [
+        [cbor2.loads(record), receipt, count, first, next_visible]
+        for record, receipt, count, first, next_visible in items
+    ]}]
+    assert cbor2.dumps(structure) == body
+    assert cbor2.dumps(cbor2.loads(body)) == body
+    assert struct.unpack(">I", data[:4])[0] == len(body)
+    assert receive_response_overhead(request_id, len(items)) + sum(map(delivery_size, items)) == len(body)
+
+
+@pytest.mark.parametrize("count", [0, 1, 23, 24, 255, 256])
+def test_receive_response_sizes_are_exact_across_array_head_widths(count: int) -> None:
+    record = cbor2.dumps(["id", b"body", None, None, 1, 2, 3, bytes(16), None])
+    items = [(record, b"r" * 24, 1, 1_700_000_000_000, 1_700_000_030_000)] * count
+    body = encode_receive_response(70000, items)[4:]
+    assert cbor2.loads(body)[2]["messages"] == [[cbor2.loads(record), b"r" * 24, 1,
+                                                  1_700_000_000_000, 1_700_000_030_000]] * count
+    assert receive_response_overhead(70000, count) + sum(map(delivery_size, items)) == len(body)
+
+
+peeked = st.tuples(records, st.sampled_from(sorted(PEEK_STATES)), ints,
+                   st.one_of(st.none(), ints), st.one_of(st.none(), ints))
+error_entries = st.builds(lambda message: {"code": "MessageNotFound", "message": message}, st.text(max_size=20))
+cursors = st.one_of(st.none(), ints, st.binary(max_size=20), st.text(max_size=20))
+
+
+@settings(max_examples=200)
+@given(request_ids, st.lists(st.one_of(peeked, error_entries), max_size=30), cursors)
+def test_peek_response_splices_records_byte_identically(request_id: int, entries: list[Any], cursor: Any) -> None:
+    body = encode_peek_response(request_id, entries, cursor)[4:]
+    structure = [request_id, None, {"messages": [
+        entry if isinstance(entry, dict) else [cbor2.loads(entry[0]), *entry[1:]] for entry in entries
+    ], "next": cursor}]
+    assert cbor2.dumps(structure) == body
+    assert cbor2.dumps(cbor2.loads(body)) == body
+    assert peek_response_overhead(request_id, len(entries), cursor) + sum(map(peek_entry_size, entries)) == len(body)
+
+
+def test_peek_error_entry_may_be_a_lamina_error() -> None:
+    body = encode_peek_response(1, [LaminaError("x")], None)[4:]
+    assert cbor2.loads(body)[2]["messages"] == [{"code": "LaminaError", "message": "x"}]
+
+
+def test_peek_state_outside_protocol_list_is_our_misuse() -> None:
+    with pytest.raises(ValueError):
+        encode_peek_response(1, [(cbor2.dumps([]), "sleeping", 0, None, None)], None)

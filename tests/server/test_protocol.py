@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lamina.engine.errors import InternalError, InvalidArgument, LaminaError, QueueNotFound, Unauthorized
+from lamina.engine.errors import InternalError, InvalidArgument, QueueNotFound, Unauthorized
 from lamina.server import protocol
 from lamina.server.framing import MIN_MAX_FRAME_BYTES, PRE_AUTH_MAX_FRAME_BYTES, encode_head
 from lamina.server.protocol import (
@@ -27,14 +27,8 @@ from lamina.server.protocol import (
     Response,
     ServerConnection,
     auth_signature,
-    delivery_size,
     encode_greeting,
-    encode_peek_response,
     encode_protocol_error,
-    encode_receive_response,
-    peek_entry_size,
-    peek_response_overhead,
-    receive_response_overhead,
     verify_auth_signature,
 )
 
@@ -71,6 +65,20 @@ def greeted_client(**limits: Any) -> ClientConnection:
     [event] = client.receive_data(greeting)
     assert isinstance(event, Greeting)
     return client
+
+
+def test_public_api_changes_only_on_purpose() -> None:
+    assert sorted(protocol.__all__) == sorted([
+        "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "MAX_REQUEST_ID",
+        "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
+        "ClientEvent", "Delivery", "Greeting", "LocalProtocolError", "PeekEntry", "Peeked",
+        "ProtocolViolation", "RejectedRequest", "Request", "Response", "ServerConnection",
+        "ServerEvent", "auth_signature", "delivery_size", "encode_error_response",
+        "encode_greeting", "encode_message", "encode_peek_response", "encode_protocol_error",
+        "encode_receive_response", "encode_response", "peek_entry_size", "peek_response_overhead",
+        "receive_response_overhead", "verify_auth_signature",
+    ])
+    assert all(hasattr(protocol, name) for name in protocol.__all__)
 
 
 # --- Requests in -------------------------------------------------------------------------------
@@ -305,14 +313,15 @@ def padded_request(request_id: int, body_size: int) -> bytes:
 
 
 def test_pre_auth_frame_over_4_kib_is_protocol_error() -> None:
+    assert PRE_AUTH_MAX_FRAME_BYTES == 4096
     conn = greeted_server(auth_required=True)
-    [event] = conn.receive_data(struct.pack(">I", PRE_AUTH_MAX_FRAME_BYTES + 1))
+    [event] = conn.receive_data(struct.pack(">I", 4097))
     assert isinstance(event, ProtocolViolation)
 
 
 def test_pre_auth_frame_of_exactly_4_kib_is_accepted() -> None:
     conn = greeted_server(auth_required=True)
-    [event] = conn.receive_data(padded_request(1, PRE_AUTH_MAX_FRAME_BYTES))
+    [event] = conn.receive_data(padded_request(1, 4096))
     assert isinstance(event, Request)
 
 
@@ -441,77 +450,7 @@ def test_nothing_is_sent_after_the_protocol_error_frame() -> None:
         conn.protocol_error_frame("again")
 
 
-# --- Spliced receive and peek responses --------------------------------------------------------
-
-ints = st.integers(min_value=0, max_value=2**64 - 1)
-records = st.builds(
-    lambda *fields: cbor2.dumps(list(fields)),
-    st.text(max_size=30),  # id
-    st.one_of(st.binary(max_size=300), st.text(max_size=100)),  # body
-    st.one_of(st.none(), st.dictionaries(st.text(max_size=8), st.one_of(
-        st.text(max_size=8), st.binary(max_size=8), st.integers(), st.booleans(),
-        st.floats(allow_nan=False, allow_infinity=False)), max_size=4)),  # attributes
-    st.one_of(st.none(), st.text(max_size=10)),  # topic
-    st.integers(min_value=1, max_value=16), ints, ints,  # priority, enqueue_time, visible_time
-    st.binary(min_size=16, max_size=16),  # md5
-    st.one_of(st.none(), st.tuples(st.text(max_size=5), st.text(max_size=5), ints,
-                                   st.text(max_size=5), ints).map(list)),  # dead
-)
-deliveries = st.tuples(records, st.binary(max_size=300), ints, ints, ints)
-request_ids = st.integers(min_value=1, max_value=MAX_REQUEST_ID)
-
-
-@settings(max_examples=200)
-@given(request_ids, st.lists(deliveries, max_size=30))
-def test_receive_response_splices_records_byte_identically(request_id: int, items: list[Any]) -> None:
-    data = encode_receive_response(request_id, items)
-    body = data[4:]
-    structure = [request_id, None, {"messages": [
-        [cbor2.loads(record), receipt, count, first, next_visible]
-        for record, receipt, count, first, next_visible in items
-    ]}]
-    assert cbor2.dumps(structure) == body
-    assert cbor2.dumps(cbor2.loads(body)) == body
-    assert struct.unpack(">I", data[:4])[0] == len(body)
-    assert receive_response_overhead(request_id, len(items)) + sum(map(delivery_size, items)) == len(body)
-
-
-@pytest.mark.parametrize("count", [0, 1, 23, 24, 255, 256])
-def test_receive_response_sizes_are_exact_across_array_head_widths(count: int) -> None:
-    record = cbor2.dumps(["id", b"body", None, None, 1, 2, 3, bytes(16), None])
-    items = [(record, b"r" * 24, 1, 1_700_000_000_000, 1_700_000_030_000)] * count
-    body = encode_receive_response(70000, items)[4:]
-    assert cbor2.loads(body)[2]["messages"] == [[cbor2.loads(record), b"r" * 24, 1,
-                                                  1_700_000_000_000, 1_700_000_030_000]] * count
-    assert receive_response_overhead(70000, count) + sum(map(delivery_size, items)) == len(body)
-
-
-peeked = st.tuples(records, st.sampled_from(sorted(protocol.PEEK_STATES)), ints,
-                   st.one_of(st.none(), ints), st.one_of(st.none(), ints))
-error_entries = st.builds(lambda message: {"code": "MessageNotFound", "message": message}, st.text(max_size=20))
-cursors = st.one_of(st.none(), ints, st.binary(max_size=20), st.text(max_size=20))
-
-
-@settings(max_examples=200)
-@given(request_ids, st.lists(st.one_of(peeked, error_entries), max_size=30), cursors)
-def test_peek_response_splices_records_byte_identically(request_id: int, entries: list[Any], cursor: Any) -> None:
-    body = encode_peek_response(request_id, entries, cursor)[4:]
-    structure = [request_id, None, {"messages": [
-        entry if isinstance(entry, dict) else [cbor2.loads(entry[0]), *entry[1:]] for entry in entries
-    ], "next": cursor}]
-    assert cbor2.dumps(structure) == body
-    assert cbor2.dumps(cbor2.loads(body)) == body
-    assert peek_response_overhead(request_id, len(entries), cursor) + sum(map(peek_entry_size, entries)) == len(body)
-
-
-def test_peek_error_entry_may_be_a_lamina_error() -> None:
-    body = encode_peek_response(1, [LaminaError("x")], None)[4:]
-    assert cbor2.loads(body)[2]["messages"] == [{"code": "LaminaError", "message": "x"}]
-
-
-def test_peek_state_outside_protocol_list_is_our_misuse() -> None:
-    with pytest.raises(LocalProtocolError):
-        encode_peek_response(1, [(cbor2.dumps([]), "sleeping", 0, None, None)], None)
+# --- Spliced receive and peek responses (their encoding: test_framing.py) --------------------
 
 
 def test_spliced_responses_answer_their_request() -> None:
@@ -643,7 +582,9 @@ def test_server_frame_over_the_clients_max_is_violation_from_header_alone() -> N
 
 def test_client_sees_the_final_protocol_error_as_response_id_zero() -> None:
     client = greeted_client()
-    events = client.receive_data(encode_protocol_error("bad frame") + frame(cbor2.dumps([0, None, {}])))
+    request_id, _ = client.encode_request("ping")
+    late_answer = frame(cbor2.dumps([request_id, None, {"time": 1}]))
+    events = client.receive_data(encode_protocol_error("bad frame") + late_answer)
     assert events[0] == Response(0, {"code": "ProtocolError", "message": "bad frame"}, None)
     assert isinstance(events[1], ProtocolViolation)
 

@@ -1,0 +1,144 @@
+"""``lamina serve``: its options, as a frozen :class:`ServerConfig`, and their argparse form.
+
+The CLI (``tools/cli.py``) only wires this in::
+
+    serve = commands.add_parser("serve", help=...)
+    add_serve_arguments(serve)
+    serve.set_defaults(run=lambda args: run_server(config_from_args(args)))
+
+Every check that does not need a socket or a file's contents lives here, so a wrong command
+line fails before anything is opened (``ConfigError``, exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from .framing import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_LENGTH, MIN_MAX_FRAME_BYTES
+from .protocol import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_WAITING
+
+__all__ = ["ConfigError", "ServerConfig", "add_serve_arguments", "config_from_args",
+           "is_loopback"]
+
+DEFAULT_PORT = 7766
+DEFAULT_DATA_DIR = Path("./lamina-data")
+#: Connections beyond this are closed at once (each costs a socket, two tasks and buffers).
+DEFAULT_MAX_CONNECTIONS = 10_000
+#: A connection with nothing outstanding and no bytes for this long is closed.
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+#: PROTOCOL §3: ``auth`` must succeed within 10 s of connecting.
+DEFAULT_AUTH_TIMEOUT_S = 10.0
+
+
+class ConfigError(ValueError):
+    """The command line or configuration cannot be served as given."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` only exposes the server to this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``lamina serve`` runs with. Durations in seconds, sizes in bytes."""
+
+    data: Path = DEFAULT_DATA_DIR
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    fsync: bool = False
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_frame: int = DEFAULT_MAX_FRAME_BYTES
+    max_queues: int = 10**6
+    keys: Path | None = None
+    receipt_key: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    insecure: bool = False
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    max_waiting: int = DEFAULT_MAX_WAITING
+    #: How often queue-depth gauges are refreshed for /metrics.
+    metrics_interval_s: float = 10.0
+    #: How long a graceful shutdown waits for clients to take their last responses.
+    shutdown_grace_s: float = 10.0
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    def check(self) -> ServerConfig:
+        """Raise ``ConfigError`` for a configuration that must not be served; returns self."""
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port {self.port} is not a TCP port")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port {self.metrics_port} is not a TCP port")
+        if not MIN_MAX_FRAME_BYTES <= self.max_frame <= MAX_FRAME_LENGTH:
+            raise ConfigError(f"--max-frame must be {MIN_MAX_FRAME_BYTES}..{MAX_FRAME_LENGTH} "
+                              "bytes (PROTOCOL.md §1)")
+        if self.max_connections < 1 or self.max_queues < 1:
+            raise ConfigError("--max-connections and --max-queues must be at least 1")
+        if self.max_inflight < 1 or self.max_waiting < 0:
+            raise ConfigError("max_inflight must be >= 1 and max_waiting >= 0")
+        if self.idle_timeout_s <= 0 or self.auth_timeout_s <= 0:
+            raise ConfigError("timeouts must be positive")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        if not is_loopback(self.host) and not self.insecure and (
+                self.keys is None or not self.tls):
+            raise ConfigError(
+                f"refusing to bind non-loopback address {self.host!r} without --keys and "
+                "--tls-cert/--tls-key (pass --insecure to do it anyway)")
+        if self.metrics_port is not None and not is_loopback(self.metrics_host) \
+                and not self.insecure:
+            raise ConfigError("the metrics endpoint binds loopback only, unless --insecure")
+        return self
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the options of ``lamina serve`` to ``parser`` (a subcommand's parser)."""
+    add = parser.add_argument
+    add("--data", type=Path, default=DEFAULT_DATA_DIR, help="data directory (created if missing)")
+    add("--host", default="127.0.0.1", help="address to listen on")
+    add("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: any free port)")
+    add("--fsync", action="store_true",
+        help="acknowledge only what is synced to disk (survives power loss)")
+    add("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS)
+    add("--max-frame", type=int, default=DEFAULT_MAX_FRAME_BYTES, metavar="BYTES",
+        help="largest frame in either direction")
+    add("--max-queues", type=int, default=10**6)
+    add("--keys", type=Path, help="TOML keys file; turns authentication on (re-read on SIGHUP)")
+    add("--receipt-key", type=Path, help="receipt MAC key file (default DATA/receipt.key)")
+    add("--tls-cert", type=Path, help="PEM certificate chain; turns TLS on")
+    add("--tls-key", type=Path, help="PEM private key for --tls-cert")
+    add("--metrics-port", type=int, help="serve Prometheus /metrics on this loopback port")
+    add("--insecure", action="store_true",
+        help="allow a non-loopback address without --keys and TLS")
+    add("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
+        help="close connections idle this long (a waiting receive is not idle)")
+    add("--auth-timeout", type=float, default=DEFAULT_AUTH_TIMEOUT_S, metavar="SECONDS",
+        help=argparse.SUPPRESS)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The checked ``ServerConfig`` of parsed ``lamina serve`` options."""
+    return ServerConfig(
+        data=args.data, host=args.host, port=args.port, fsync=args.fsync,
+        max_connections=args.max_connections, max_frame=args.max_frame,
+        max_queues=args.max_queues, keys=args.keys, receipt_key=args.receipt_key,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_port=args.metrics_port,
+        insecure=args.insecure, idle_timeout_s=args.idle_timeout,
+        auth_timeout_s=args.auth_timeout,
+    ).check()

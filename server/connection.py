@@ -1,0 +1,412 @@
+"""One accepted connection: its protocol state, its reader task and its writer task.
+
+    socket ──reader──> ServerConnection ──Work──> server inbox ──> applier (engine, group commit)
+    socket <──writer── bounded channel of frames <──── answer() <──────┘   (and waiter timeouts)
+       ^────── written at once by answer() while the writer is idle (plain TCP) ──┘
+
+Rules of a connection (each one lives in this file):
+
+1. The greeting is sent first; the reader never parses anything before it is queued.
+2. Requests go to the server's one applier in the order they were read, so they take effect in
+   arrival order. Only ``auth`` before authentication, ``RejectedRequest`` errors and waiting
+   receives that time out are answered here; none of them touches the engine.
+3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
+   unanswered, while more than ``4 x max_frame`` response bytes are unsent, and (pre-auth)
+   while a request is unanswered. The frame channel is bounded above what those rules let in,
+   so queuing a frame never blocks the applier.
+4. Pre-auth (PROTOCOL §3): any op but ``auth`` is ``Unauthorized``; a failed ``auth`` is
+   answered ``Unauthorized`` with one message for every cause and the connection closes;
+   ``auth`` must succeed within ``auth_timeout_s`` of connecting or the connection closes.
+5. Idle: no bytes and nothing unanswered (a waiting receive is not idle) for
+   ``idle_timeout_s`` closes the connection.
+6. Ending: after EOF, a protocol violation, a failed auth or a server shutdown, nothing more is
+   read; waiting receives end with ``[]``; every request already read is answered; then (for a
+   violation) the final ProtocolError frame; then the socket closes.
+7. A failure of this connection (a reset, a bug) ends this connection only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from lamina.engine.errors import InternalError, InvalidArgument, LaminaError, Unauthorized
+
+from .dispatch import Answer, MapAnswer, PeekAnswer, ReceiveAnswer, check_request
+from .protocol import (
+    LocalProtocolError,
+    RejectedRequest,
+    Request,
+    ServerConnection,
+    verify_auth_signature,
+)
+from .waiters import Waiter
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = ["Connection", "Work"]
+
+log = logging.getLogger("lamina.server")
+
+#: Bytes asked of the socket per read.
+RECEIVE_CHUNK_BYTES = 64 * 1024
+#: The smallest request frame (``[1, "", {}]`` plus its prefix): a bound on how many requests
+#: one read can complete, for sizing the frame channel (rule 3).
+MIN_REQUEST_FRAME_BYTES = 8
+#: Requests of one read handed to the applier at a time (rule 3).
+REQUEST_SLICE = 16
+#: Ops whose answers may be up to max_frame bytes each.
+LARGE_ANSWER_OPS = frozenset({"receive", "peek"})
+#: Frames joined into one ``send_all`` while the writer catches up.
+WRITE_COALESCE_BYTES = 256 * 1024
+#: One message for every failed ``auth``: unknown key and wrong signature look the same.
+AUTH_FAILED = "authentication failed"
+
+
+@dataclass(slots=True)
+class Work:
+    """Requests of one connection read together, on their way to the applier."""
+
+    connection: Connection
+    requests: list[Request]
+    nbytes: int
+    started: float  # time.perf_counter() when read
+    #: Set by the applier once these requests are answered (when the reader waits on it).
+    applied: trio.Event | None = None
+
+
+class Connection:
+    """State and tasks of one client connection (rules 1-7 in the module docstring)."""
+
+    def __init__(self, server: Server, stream: trio.abc.Stream, peer: str) -> None:
+        config = server.config
+        self.server = server
+        self.stream = stream
+        self.peer = peer
+        self.proto = ServerConnection(auth_required=server.auth_required,
+                                      max_frame_bytes=config.max_frame)
+        self.key_id: str | None = None
+        self.waiters: set[Waiter] = set()
+        #: Bytes queued for the writer and not yet sent; 0 means the writer is idle.
+        self.unsent_bytes = 0
+        # Plain TCP only: a TLS stream must encrypt through SSLStream.
+        self._socket_fd = (stream.socket.fileno() if isinstance(stream, trio.SocketStream)
+                           else None)
+        self.max_unsent_bytes = 4 * config.max_frame
+        capacity = config.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16
+        self._frames_in, self._frames_out = trio.open_memory_channel[bytes](capacity)
+        self._resume: trio.Event | None = None
+        self._all_answered: trio.Event | None = None
+        self._read_scope: trio.CancelScope | None = None
+        self._authenticated = trio.Event()
+        self._auth_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        #: No more requests will be read (rule 6): new waits end at once.
+        self.reading_done = False
+        self._stop_reading = False
+        self._closing = False  # a failed auth: read nothing more
+        self.dead = False      # the socket failed: answers are discarded
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    async def run(self, inbox: trio.MemorySendChannel[Any]) -> None:
+        """Serve the connection until it ends (rule 6). ``inbox`` is this reader's clone."""
+        try:
+            await self._run(inbox)
+        finally:
+            # The socket closes after this returns and its fd number may be reused at once:
+            # nothing may be written through the raw fd any more (see _queue_frame).
+            self._socket_fd = None
+            self.dead = True
+
+    async def _run(self, inbox: trio.MemorySendChannel[Any]) -> None:
+        config = self.server.config
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._writer)
+            self._queue_frame(self.proto.greeting(
+                version=self.server.version, idle_timeout_s=config.idle_timeout_s,
+                features=self.server.features, max_inflight=config.max_inflight,
+                max_waiting=config.max_waiting))
+            if self.proto.pre_auth:
+                nursery.start_soon(self._auth_deadline)
+            try:
+                async with inbox:
+                    await self._reader(inbox)
+            finally:
+                self.reading_done = True
+            await self._finish()
+
+    def stop_reading(self) -> None:
+        """Server shutdown: read nothing more; what was read is still applied and answered."""
+        self._stop_reading = True
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+        if self._resume is not None:
+            self._resume.set()
+
+    def abort(self) -> None:
+        """Tear the connection down now (its requests already read are still applied)."""
+        self.dead = True
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def _finish(self) -> None:
+        if self._auth_scope is not None:
+            self._auth_scope.cancel()
+        for waiter in list(self.waiters):
+            self.end_wait(waiter)
+        while self.proto.outstanding_count and not self.dead:
+            self._all_answered = trio.Event()
+            await self._all_answered.wait()
+        if self.proto.protocol_error is not None and not self.dead:
+            self._queue_frame(self.proto.protocol_error_frame())
+        self._frames_in.close()
+
+    async def _auth_deadline(self) -> None:
+        with trio.CancelScope() as self._auth_scope:
+            with trio.move_on_after(self.server.config.auth_timeout_s):
+                await self._authenticated.wait()
+                return
+            log.info("auth deadline passed; closing", extra={"event": "auth_timeout",
+                                                              "peer": self.peer})
+            self.abort()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _may_read(self) -> bool:
+        return (self.proto.outstanding_count < self.server.config.max_inflight
+                and self.unsent_bytes <= self.max_unsent_bytes)
+
+    async def _reader(self, inbox: trio.MemorySendChannel[Any]) -> None:
+        idle_s = self.server.config.idle_timeout_s
+        proto = self.proto
+        while not (self._stop_reading or self._closing):
+            while not self._may_read() and not self._stop_reading:
+                self._resume = trio.Event()
+                await self._resume.wait()
+            self._resume = None
+            if self._stop_reading:
+                return
+            with trio.CancelScope(deadline=trio.current_time() + idle_s) as scope:
+                self._read_scope = scope
+                if self._stop_reading:
+                    scope.cancel()
+                try:
+                    data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+            self._read_scope = None
+            if scope.cancelled_caught:
+                if self._stop_reading:
+                    return
+                if proto.outstanding_count == 0:
+                    log.info("idle connection closed", extra={"event": "idle_timeout",
+                                                               "peer": self.peer})
+                    return
+                continue
+            if not data:
+                return
+            await self._handle(proto.receive_data(data), inbox, len(data))
+            if proto.protocol_error is not None:
+                log.info("protocol error: %s", proto.protocol_error.message,
+                         extra={"event": "protocol_error", "peer": self.peer})
+                return
+
+    async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],
+                      nbytes: int) -> None:
+        requests: list[Request] = []
+        while True:
+            was_pre_auth = self.proto.pre_auth
+            for event in events:
+                if type(event) is Request:
+                    if self.proto.pre_auth:
+                        self._pre_auth_request(event)
+                    else:
+                        requests.append(event)
+                elif type(event) is RejectedRequest:
+                    self.answer(event.id, event.error)
+            # protocol.py rule 4: pre-auth, bytes after a request stay unparsed until it is
+            # answered (done above); parse them now, under the limits now in force.
+            if not (was_pre_auth and events) or self._closing \
+                    or self.proto.protocol_error is not None:
+                break
+            events = self.proto.receive_data(b"")
+        # Rule 3: one read can hold many small requests with large answers (peeks, receives);
+        # slices go to the applier only while this connection's unsent bytes are under the cap.
+        # Their answers only exist once applied, so after a slice with such ops the next one
+        # waits until it is applied and the answers are under the cap.
+        share = nbytes // max(len(requests), 1)
+        previous: Work | None = None
+        for start in range(0, len(requests), REQUEST_SLICE):
+            if previous is not None and previous.applied is not None:
+                await previous.applied.wait()
+                await self._wait_for_drain()
+            chunk = requests[start:start + REQUEST_SLICE]
+            previous = Work(self, chunk, share * len(chunk), time.perf_counter())
+            if start + REQUEST_SLICE < len(requests) and any(
+                    request.op in LARGE_ANSWER_OPS for request in chunk):
+                previous.applied = trio.Event()
+            await inbox.send(previous)
+
+    async def _wait_for_drain(self) -> None:
+        while self.unsent_bytes > self.max_unsent_bytes and not (self.dead
+                                                                 or self._stop_reading):
+            self._resume = trio.Event()
+            await self._resume.wait()
+        self._resume = None
+
+    def _pre_auth_request(self, request: Request) -> None:
+        """Rule 4. Runs here, not in the applier: it needs the key ring, not the engine."""
+        if request.op != "auth":
+            self.answer(request.id, Unauthorized(
+                f"{request.op}: authenticate first (the first request must be auth)"))
+            return
+        try:
+            check_request("auth", request.args)
+            key_id, signature = request.args["key"], request.args["signature"]
+            if type(key_id) is not str:
+                raise InvalidArgument("key", "must be text")
+            if type(signature) is not bytes:
+                raise InvalidArgument("signature", "must be a byte string")
+        except LaminaError as exc:
+            self.answer(request.id, exc)
+            return
+        key = self.server.keys.get(key_id)
+        # An unknown key costs the same HMAC as a known one: no timing difference either.
+        secret = key.secret if key is not None else "\x00unknown key"
+        if verify_auth_signature(secret, self.proto.nonce, key_id, signature) \
+                and key is not None:
+            self.proto.authenticated()
+            self.key_id = key_id
+            self._authenticated.set()
+            self.answer(request.id, MapAnswer({"key": key_id}))
+            log.info("authenticated", extra={"event": "auth", "peer": self.peer, "key": key_id})
+            return
+        log.warning("failed auth", extra={"event": "auth_failed", "peer": self.peer})
+        self.answer(request.id, Unauthorized(AUTH_FAILED))
+        self._closing = True
+
+    # -- answering and writing ----------------------------------------------------------------
+
+    def answer(self, request_id: int, answer: Answer) -> None:
+        """Encode and queue the answer to ``request_id`` (never blocks; rule 3)."""
+        proto = self.proto
+        try:
+            if type(answer) is ReceiveAnswer:
+                frame = proto.respond_receive(request_id, answer.deliveries)
+            elif type(answer) is MapAnswer:
+                frame = proto.respond(request_id, answer.result)
+            elif type(answer) is PeekAnswer:
+                frame = proto.respond_peek(request_id, answer.entries, answer.next)
+            else:
+                frame = proto.respond_error(request_id, answer)  # type: ignore[arg-type]
+        except LocalProtocolError as exc:
+            if "not awaiting" in str(exc):
+                log.error("answer to an unknown request: %s", exc)
+                return
+            log.error("cannot answer request %d: %s", request_id, exc)
+            frame = proto.respond_error(request_id, InternalError(str(exc)))
+        except Exception as exc:  # e.g. a result cbor2 cannot encode: a bug
+            log.exception("cannot encode the answer to request %d", request_id)
+            frame = proto.respond_error(
+                request_id, InternalError(f"encoding the result failed: {exc}"))
+        self._queue_frame(frame)
+        if self._all_answered is not None and proto.outstanding_count == 0:
+            self._all_answered.set()
+        self._maybe_resume()
+
+    def _queue_frame(self, frame: bytes) -> None:
+        if self.dead:
+            return
+        if self._socket_fd is not None and self.unsent_bytes == 0:
+            # Fast path: nothing is queued and the writer is idle, so no frame can be
+            # overtaken; write what the socket takes now and queue only the rest. Saves a
+            # task switch per answer on the round-trip path.
+            try:
+                written = os.write(self._socket_fd, frame)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                self._died()
+                return
+            if written == len(frame):
+                return
+            frame = frame[written:]
+        try:
+            self._frames_in.send_nowait(frame)
+        except trio.WouldBlock:  # cannot happen while rule 3 holds; never drop silently
+            log.error("frame channel full; closing", extra={"peer": self.peer})
+            self.dead = True
+            self.abort()
+            return
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self.dead = True
+            return
+        self.unsent_bytes += len(frame)
+
+    def _maybe_resume(self) -> None:
+        if self._resume is not None and self._may_read():
+            self._resume.set()
+
+    async def _writer(self) -> None:
+        frames = self._frames_out
+        try:
+            async for frame in frames:
+                pending, size = [frame], len(frame)
+                while size < WRITE_COALESCE_BYTES:
+                    try:
+                        more = frames.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    pending.append(more)
+                    size += len(more)
+                await self.stream.send_all(pending[0] if len(pending) == 1
+                                           else b"".join(pending))
+                self.unsent_bytes -= size
+                self._maybe_resume()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._died()
+
+    def _died(self) -> None:
+        self.dead = True
+        if self._all_answered is not None:
+            self._all_answered.set()
+        self.abort()
+
+    # -- waiting receives ----------------------------------------------------------------------
+
+    def start_wait(self, waiter: Waiter) -> bool:
+        """Run ``waiter``'s timeout in this connection's task tree; False if it is ending."""
+        if self._nursery is None or self.reading_done or self.dead:
+            return False
+        try:
+            self._nursery.start_soon(self._wait, waiter)
+        except RuntimeError:  # the nursery is closing
+            return False
+        self.waiters.add(waiter)
+        return True
+
+    async def _wait(self, waiter: Waiter) -> None:
+        try:
+            with trio.move_on_at(waiter.deadline):
+                await waiter.answered.wait()
+            self.end_wait(waiter)
+        finally:
+            self.server.waiting.remove(waiter)
+            self.waiters.discard(waiter)
+
+    def end_wait(self, waiter: Waiter) -> None:
+        """End a wait with ``[]`` unless the applier has claimed it (waiters rule 3)."""
+        if not waiter.claimed and self.server.waiting.remove(waiter):
+            waiter.claimed = True
+            self.answer(waiter.request_id, ReceiveAnswer([]))
+            waiter.answered.set()
+            self.server.metrics.observe("receive", "ok", time.perf_counter() - waiter.op_started)
+

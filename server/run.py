@@ -1,0 +1,100 @@
+"""Running ``lamina serve`` as a process: logging, signals, exit codes.
+
+    SIGTERM / SIGINT   graceful shutdown (server.py rule 5), exit code 0
+    SIGHUP             re-read the keys file
+    exit code 2        a bad command line or keys file; 1: the server could not start or failed
+
+``tools/cli.py`` calls :func:`run_server` with the config of ``config.py``; :func:`serve` does
+the same from an argv of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import signal
+
+import trio
+
+from .config import ConfigError, ServerConfig, add_serve_arguments, config_from_args
+from .keys import KeyFileError
+from .logs import configure_logging
+from .server import Server
+
+__all__ = ["run_server", "serve"]
+
+log = logging.getLogger("lamina.server")
+
+
+def _raise_open_files_limit() -> None:
+    """Each connection is a file descriptor: use the hard limit, not the (often 1024) soft."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+
+
+async def _run_until_signalled(server: Server) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    server.reload_keys()
+                    continue
+                log.info("received %s", signal.Signals(signum).name,
+                         extra={"event": "signal", "signal": signal.Signals(signum).name})
+                server.request_stop()
+                break
+
+
+def run_server(config: ServerConfig) -> int:
+    """Run ``lamina serve`` with ``config`` until SIGTERM/SIGINT; -> the exit code (0 after a
+    graceful shutdown, 2 for a bad configuration, 1 when the server cannot start)."""
+    configure_logging()
+    try:
+        config.check()
+        server = Server(config)
+    except (ConfigError, KeyFileError) as exc:
+        log.error("%s", exc, extra={"event": "config_error"})
+        return 2
+    _raise_open_files_limit()
+    try:
+        trio.run(_run_until_signalled, server)
+    except Exception as exc:
+        cause = _first_os_error(exc)
+        if cause is not None:  # cannot bind, cannot read a TLS file, ...
+            log.error("cannot serve: %s", cause, extra={"event": "start_failed"})
+        else:  # e.g. the data directory is locked by another server
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # type: ignore[assignment]
+            log.error("server failed: %s: %s", type(exc).__name__, exc,
+                      exc_info=exc, extra={"event": "failed"})
+        return 1
+    return 0
+
+
+def _first_os_error(exc: BaseException) -> OSError | None:
+    """The OSError (cannot bind, cannot read a TLS file...) inside ``exc``, if any."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def serve(argv: list[str] | None = None) -> int:
+    """``lamina serve [options]`` on its own: parse ``argv`` and run."""
+    parser = add_serve_arguments(argparse.ArgumentParser(prog="lamina serve"))
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    return run_server(config)

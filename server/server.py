@@ -1,0 +1,590 @@
+"""``lamina serve``: the trio TCP server of DESIGN.md §4 around one engine.
+
+Tasks, all owned by :meth:`Server.serve`'s nursery::
+
+    accept ──> connection (reader + writer + waiting receives, connection.py) ─┐ Work
+    timer ──> TICK when the engine's next deadline is due ──────────────────────┤
+    metrics refresher ──> EngineJob every metrics_interval_s ───────────────────┤
+                                                                                 v
+    applier: drains the inbox, applies everything in one engine.group(), syncs the WAL
+             (--fsync) in a worker thread, then hands each answer to its connection
+
+Rules (each one lives in this file):
+
+1. The applier is the only task that calls the engine (it is not thread-safe), and everything
+   it calls runs inside a group commit. So requests take effect in the order they were read
+   (across connections too), and a group's answers are queued only after the group is written
+   (and, with ``--fsync``, synced): never an answer before its write is in the WAL. So no
+   client learns of a message (by a receive or peek) before its send is durable either: such
+   an answer waits for the same sync, and the next group starts only after it.
+2. A group holds at most GROUP_MAX_REQUESTS requests or about GROUP_MAX_BYTES of them.
+3. Waiting receives are served in the group where their tag became due (``waiters.py``),
+   right after the request or deadline that made it due, before any later request: arrival
+   order among waiters, and a waiter is never overtaken by a later receive.
+4. An exception in one request answers that request ``InternalError``; one in a connection ends
+   that connection. A failed group write answers its requests ``InternalError`` (the engine
+   writes each operation of a group as it goes, so some may have taken effect: not
+   ``Unavailable``, which promises no effect).
+5. Shutdown (``request_stop``): stop accepting and reading, apply and commit everything read,
+   answer it (waiting receives with ``[]``), let writers drain (``shutdown_grace_s``), close
+   the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import trio
+
+from lamina.engine import Engine, wall_clock_ms
+from lamina.engine.errors import (
+    InternalError,
+    InvalidArgument,
+    LaminaError,
+    QueueNotFound,
+    TagNotFound,
+    Unauthorized,
+)
+
+from .config import ServerConfig
+from .connection import Connection, Work
+from .dispatch import (
+    Answer,
+    MapAnswer,
+    ReceiveAnswer,
+    apply_operation,
+    check_request,
+    receive_call,
+    wait_seconds,
+)
+from .keys import KeyFileError, KeyRing, load_keys
+from .metrics import ServerMetrics
+from .protocol import Request
+from .waiters import Waiter, WaitingReceives, tag_key
+
+__all__ = ["FEATURES", "EngineJob", "Server"]
+
+log = logging.getLogger("lamina.server")
+
+#: Greeting ``features``: what this server implements beyond plain queues.
+FEATURES = ("tags", "topics", "dlq", "rewind", "peek", "grants")
+#: Rule 2: one group commit holds at most this many requests, or about this many bytes.
+GROUP_MAX_REQUESTS = 1000
+GROUP_MAX_BYTES = 4 * 1024 * 1024
+#: Inbox items (each the requests of one read, a tick or a job): readers wait when it is full.
+INBOX_CAPACITY = 1024
+#: Timer: how long to wait for the applier after a tick before looking again.
+TICK_SETTLE_S = 0.05
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("lamina")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class _Tick:
+    """Inbox item: a deadline is due (the applier checks deadlines in every group anyway)."""
+
+
+TICK = _Tick()
+
+
+@dataclass(eq=False)
+class EngineJob:
+    """Inbox item: run ``fn(engine)`` inside a group, on the applier (rule 1)."""
+
+    fn: Callable[[Engine], Any]
+    done: trio.Event = field(default_factory=trio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class _Reply(NamedTuple):
+    connection: Connection
+    request_id: int
+    answer: Answer
+    op: str
+    started: float
+    waiter: Waiter | None = None
+
+
+class Server:
+    """One Lamina server. ``await nursery.start(server.serve)`` runs it until
+    :meth:`request_stop`; ``server.port`` is then the bound port (useful with port 0).
+
+    ``engine`` (tests pass one, e.g. with a ``FakeClock``) is opened from ``config`` when
+    omitted; ``keys`` overrides the keys file; either turns authentication on.
+    """
+
+    def __init__(self, config: ServerConfig, *, engine: Engine | None = None,
+                 keys: KeyRing | None = None, clock: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.engine: Engine = engine  # type: ignore[assignment]  # opened in serve() if None
+        self._owns_engine = engine is None
+        self.clock = clock or wall_clock_ms
+        if keys is None and config.keys is not None:
+            keys = load_keys(config.keys)
+        self.auth_required = keys is not None
+        self.keys = keys or KeyRing()
+        self.version = _package_version()
+        self.features = list(FEATURES)
+        self.metrics = ServerMetrics()
+        self.waiting = WaitingReceives()
+        self.connections: set[Connection] = set()
+        self.port: int | None = None
+        self.metrics_port: int | None = None
+        self.stopping = False
+        #: WAL syncs done (``--fsync``): one per group commit that wrote something.
+        self.syncs = 0
+        self.groups = 0
+        self._started = time.monotonic()
+        self._deadline_ms: int | None = None
+        self._timer_wake = trio.Event()
+        self._tick_pending = False
+        self._stop = trio.Event()
+        self._applier_done = trio.Event()
+        self._pool_closed = trio.Event()
+        self._pool_done = trio.Event()
+        self._pool_scope: trio.CancelScope | None = None
+        self._inbox_send: trio.MemorySendChannel[Any] | None = None
+        self._ssl_context: ssl.SSLContext | None = None
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Listen, serve until :meth:`request_stop`, then shut down gracefully (rule 5)."""
+        config = self.config
+        if self.engine is None:
+            self.engine = Engine.open(config.data, fsync=config.fsync,
+                                      receipt_key=config.receipt_key,
+                                      max_queues=config.max_queues)
+        try:
+            self.engine.on_activity = self.waiting.mark_due
+            self._deadline_ms = self.engine.next_deadline()
+            if config.tls:
+                self._ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                self._ssl_context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+            listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+            self.port = listeners[0].socket.getsockname()[1]
+            if config.metrics_port is not None:
+                self.metrics_port = self.metrics.serve_http(config.metrics_host,
+                                                            config.metrics_port)
+            self._inbox_send, inbox = trio.open_memory_channel[Any](INBOX_CAPACITY)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._applier, inbox)
+                pool = await nursery.start(self._connection_pool)
+                async with trio.open_nursery() as services:
+                    services.start_soon(self._accept, listeners, pool)
+                    services.start_soon(self._timer, self._inbox_send.clone())
+                    if config.metrics_port is not None:
+                        services.start_soon(self._refresh_metrics)
+                    log.info("listening", extra={
+                        "event": "start", "host": config.host, "port": self.port,
+                        "data": str(self.engine.path), "fsync": self.engine.fsync,
+                        "auth": self.auth_required, "tls": config.tls,
+                        "metrics_port": self.metrics_port, "version": self.version})
+                    task_status.started(self)
+                    await self._stop.wait()
+                    self.stopping = True
+                    log.info("shutting down", extra={"event": "stopping",
+                                                      "connections": len(self.connections)})
+                    services.cancel_scope.cancel()
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+                await self._shut_down()
+        finally:
+            self.metrics.stop_http()
+            if self._owns_engine:
+                self.engine.close()
+            log.info("stopped", extra={"event": "stop", "groups": self.groups,
+                                        "syncs": self.syncs})
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (SIGTERM / SIGINT)."""
+        self._stop.set()
+
+    async def _shut_down(self) -> None:
+        for connection in list(self.connections):
+            connection.stop_reading()
+        assert self._inbox_send is not None
+        self._inbox_send.close()
+        await self._applier_done.wait()  # everything read is applied, committed and answered
+        self._pool_closed.set()
+        with trio.move_on_after(self.config.shutdown_grace_s):
+            await self._pool_done.wait()
+        if not self._pool_done.is_set() and self._pool_scope is not None:
+            log.warning("clients did not take their last answers in time; closing",
+                        extra={"event": "shutdown_grace_expired"})
+            self._pool_scope.cancel()
+
+    def reload_keys(self) -> None:
+        """SIGHUP: re-read the keys file; on any problem keep the keys in force."""
+        if self.config.keys is None:
+            log.info("SIGHUP without --keys: nothing to reload", extra={"event": "reload"})
+            return
+        try:
+            self.keys = load_keys(self.config.keys)
+        except KeyFileError as exc:
+            log.error("keys file not reloaded: %s", exc, extra={"event": "reload_failed"})
+            return
+        log.info("keys reloaded", extra={"event": "reload", "keys": len(self.keys)})
+
+    # -- connections -----------------------------------------------------------------------------
+
+    async def _connection_pool(self, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+        """Owns every connection task; stays open until shutdown says so."""
+        with trio.CancelScope() as self._pool_scope:
+            async with trio.open_nursery() as pool:
+                task_status.started(pool)
+                await self._pool_closed.wait()
+        self._pool_done.set()
+
+    async def _accept(self, listeners: list[trio.SocketListener], pool: trio.Nursery) -> None:
+        await trio.serve_listeners(self._handle_stream, listeners, handler_nursery=pool)
+
+    async def _handle_stream(self, stream: trio.SocketStream) -> None:
+        """One connection, isolated: nothing it raises reaches another (rule 4)."""
+        try:
+            peer = "%s:%s" % stream.socket.getpeername()[:2]
+        except OSError:
+            peer = "?"
+        if self.stopping or len(self.connections) >= self.config.max_connections:
+            log.warning("connection refused: %s", "shutting down" if self.stopping
+                        else "at max_connections", extra={"event": "refused", "peer": peer})
+            await trio.aclose_forcefully(stream)
+            return
+        connection = None
+        try:
+            assert self._inbox_send is not None
+            inbox = self._inbox_send.clone()
+        except trio.ClosedResourceError:
+            await trio.aclose_forcefully(stream)
+            return
+        wrapped: trio.abc.Stream = stream
+        try:
+            if self._ssl_context is not None:
+                wrapped = trio.SSLStream(stream, self._ssl_context, server_side=True)
+                with trio.fail_after(self.config.auth_timeout_s):
+                    await wrapped.do_handshake()
+            connection = Connection(self, wrapped, peer)
+            self.connections.add(connection)
+            self.metrics.connections.inc()
+            self.metrics.accepted.inc()
+            if self.stopping:
+                connection.stop_reading()
+            await connection.run(inbox)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+            log.info("connection lost: %s", exc or type(exc).__name__,
+                     extra={"event": "disconnect", "peer": peer})
+        except Exception:
+            log.exception("connection failed", extra={"event": "connection_error", "peer": peer})
+        finally:
+            inbox.close()
+            if connection is not None:
+                self.connections.discard(connection)
+                self.metrics.connections.dec()
+            await trio.aclose_forcefully(wrapped)
+
+    def caller_of(self, connection: Connection) -> str | None:
+        """The engine's ``caller`` for a request: None without auth and for admin keys."""
+        if not self.auth_required:
+            return None
+        key = self.keys.get(connection.key_id)
+        if key is None:
+            raise Unauthorized("the key of this connection is no longer valid")
+        return None if key.admin else key.key_id
+
+    # -- the timer -----------------------------------------------------------------------------
+
+    async def _timer(self, ticks: trio.MemorySendChannel[Any]) -> None:
+        """Sleeps until the engine's next deadline, then nudges the applier."""
+        async with ticks:
+            while True:
+                self._timer_wake = wake = trio.Event()
+                target = self._deadline_ms
+                if target is None:
+                    await wake.wait()
+                    continue
+                delay_s = (target - self.clock()) / 1000
+                if delay_s > 0:
+                    with trio.move_on_after(delay_s + 0.0005):
+                        await wake.wait()
+                    continue
+                if not self._tick_pending:
+                    self._tick_pending = True
+                    try:
+                        ticks.send_nowait(TICK)
+                    except trio.WouldBlock:
+                        pass  # the applier is busy: it checks deadlines in every group
+                with trio.move_on_after(TICK_SETTLE_S):
+                    await wake.wait()
+
+    def _set_deadline(self) -> None:
+        deadline = self.engine.next_deadline()
+        if deadline != self._deadline_ms:
+            self._deadline_ms = deadline
+            self._timer_wake.set()
+
+    def _run_due_deadlines(self) -> None:
+        target = self._deadline_ms
+        if target is None or target > self.clock():
+            return
+        self._tick_pending = False
+        try:
+            due = self.engine.process_deadlines()
+        except LaminaError as exc:  # e.g. the engine is closed: no request fails for it
+            log.error("processing deadlines failed: %s", exc, extra={"event": "deadlines"})
+            due = []
+        for queue, tag in due:
+            self.waiting.mark_due(queue, tag)
+        self._deadline_ms = self.engine.next_deadline()
+
+    # -- the applier ---------------------------------------------------------------------------
+
+    async def run_engine_job(self, fn: Callable[[Engine], Any]) -> Any:
+        """Run ``fn(engine)`` on the applier, inside a group; -> its result (or raise)."""
+        assert self._inbox_send is not None
+        job = EngineJob(fn)
+        await self._inbox_send.send(job)
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    async def _applier(self, inbox: trio.MemoryReceiveChannel[Any]) -> None:
+        try:
+            async with inbox:
+                while True:
+                    try:
+                        item = await inbox.receive()
+                    except trio.EndOfChannel:
+                        break
+                    items = [item]
+                    count, nbytes = _weight(item)
+                    while count < GROUP_MAX_REQUESTS and nbytes < GROUP_MAX_BYTES:
+                        try:
+                            item = inbox.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        items.append(item)
+                        more, size = _weight(item)
+                        count, nbytes = count + more, nbytes + size
+                    await self._commit_group(items, count)
+        finally:
+            self._applier_done.set()
+
+    async def _commit_group(self, items: list[Any], count: int) -> None:
+        """Apply ``items`` in one group, make it durable, then answer (rules 1, 3, 4)."""
+        started = time.perf_counter()
+        replies: list[_Reply] = []
+        jobs: list[EngineJob] = []
+        failure: LaminaError | None = None
+        engine = self.engine
+        try:
+            with engine.group():
+                self._run_due_deadlines()
+                if self.waiting.any_due:
+                    self._serve_waiters(replies)
+                for item in items:
+                    if type(item) is Work:
+                        for request in item.requests:
+                            self._apply_request(item, request, replies)
+                            if self.waiting.any_due:
+                                self._serve_waiters(replies)
+                    elif type(item) is EngineJob:
+                        jobs.append(item)
+                        try:
+                            item.result = item.fn(engine)
+                        except Exception as exc:
+                            item.error = exc
+                self._run_due_deadlines()
+                if self.waiting.any_due:
+                    self._serve_waiters(replies)
+        except LaminaError as exc:  # the group's write failed (rule 4)
+            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
+            failure = InternalError(f"storage write failed ({exc.message}); this request "
+                                    "may or may not have taken effect")
+        except Exception as exc:  # a bug outside any one request
+            log.exception("group failed", extra={"event": "group_error"})
+            failure = InternalError(f"group commit failed: {type(exc).__name__}: {exc}")
+        if engine.fsync and failure is None and getattr(engine, "_unsynced", True):
+            try:
+                await trio.to_thread.run_sync(engine.sync_wal)
+                self.syncs += 1
+                self.metrics.wal_syncs.inc()
+            except Exception as exc:
+                log.exception("WAL sync failed", extra={"event": "sync_failed"})
+                failure = InternalError(f"WAL sync failed ({exc}); this request is written "
+                                        "but may not survive a power loss")
+        self.groups += 1
+        now = time.perf_counter()
+        observe = self.metrics.observe
+        for reply in replies:
+            answer = reply.answer
+            if failure is not None and not isinstance(answer, LaminaError):
+                answer = failure
+            reply.connection.answer(reply.request_id, answer)
+            if reply.waiter is not None:
+                reply.waiter.answered.set()
+            observe(reply.op, answer.code if isinstance(answer, LaminaError) else "ok",
+                    now - reply.started)
+        for job in jobs:
+            job.done.set()
+        for item in items:
+            if type(item) is Work and item.applied is not None:
+                item.applied.set()
+        self._set_deadline()
+        self.metrics.group_requests.observe(count)
+        self.metrics.group_seconds.observe(now - started)
+
+    def _apply_request(self, work: Work, request: Request, replies: list[_Reply]) -> None:
+        connection, op, args = work.connection, request.op, request.args
+        answer: Answer | None
+        try:
+            operation = check_request(op, args)
+            caller = self.caller_of(connection)
+            queue = args.get("queue")
+            if type(queue) is str:
+                self.metrics.traffic[queue.lower()] += 1
+            if op == "receive":
+                answer = self._receive(connection, request, caller, work.started)
+                if answer is None:
+                    return  # waiting
+            elif op == "ping":
+                answer = MapAnswer({"time": self.clock()})
+            elif op == "server_info":
+                answer = MapAnswer(self._server_info())
+            elif op == "auth":
+                raise InvalidArgument("key", "this connection is already authenticated"
+                                      if self.auth_required
+                                      else "this server does not use authentication")
+            else:
+                answer = apply_operation(operation, self.engine, args, caller, request.id,
+                                         self.config.max_frame)
+                if op in ("delete_queue", "delete_tag") and not isinstance(answer, LaminaError):
+                    self._end_waits_on_deleted(op, args, replies)
+        except LaminaError as exc:
+            answer = exc.with_traceback(None)
+        except Exception as exc:  # a bug in this request alone (rule 4)
+            log.exception("internal error in %s", op, extra={"event": "internal_error"})
+            answer = InternalError(f"{op} failed: {type(exc).__name__}: {exc}")
+        replies.append(_Reply(connection, request.id, answer, op, work.started))
+
+    # -- receives and waiters ------------------------------------------------------------------
+
+    def _receive(self, connection: Connection, request: Request, caller: str | None,
+                 started: float) -> ReceiveAnswer | None:
+        """One attempt; if it found nothing and may wait, register a waiter (-> None)."""
+        args = request.args
+        wait_s = wait_seconds(args)
+        answer = receive_call(self.engine, args, caller, request.id, self.config.max_frame)
+        if answer.deliveries:
+            return answer
+        if wait_s is None:
+            wait_s = self._polling_wait(args["queue"])
+        if (wait_s <= 0 or self.stopping or connection.reading_done
+                or len(connection.waiters) >= self.config.max_waiting):
+            return answer
+        waiter = Waiter(connection, request.id, started, args, caller,
+                        trio.current_time() + wait_s, tag_key(args["queue"], args.get("tag")))
+        self.waiting.add(waiter)
+        if not connection.start_wait(waiter):
+            self.waiting.remove(waiter)
+            return answer
+        return None
+
+    def _polling_wait(self, queue: str) -> float:
+        """The queue's ``polling_wait`` (the default ``wait``). The engine has no cheap public
+        accessor for one attribute (``get_queue`` computes stats), so its queue table is read,
+        falling back to ``get_queue``."""
+        try:
+            return self.engine._queue(queue).attributes["polling_wait"]  # type: ignore
+        except AttributeError:
+            return self.engine.get_queue(queue).attributes["polling_wait"]
+
+    def _serve_waiters(self, replies: list[_Reply]) -> None:
+        """Waiters rule 2: retry the waiters of due tags, oldest first, until one finds
+        nothing (a bounded number of rounds: a retry may itself mark a tag due)."""
+        max_frame = self.config.max_frame
+        for _ in range(3):
+            due = self.waiting.take_due()
+            if not due:
+                return
+            for key in due:
+                for waiter in self.waiting.waiting_on(key):
+                    answer: Answer
+                    try:
+                        answer = receive_call(self.engine, dict(waiter.args), waiter.caller,
+                                              waiter.request_id, max_frame)
+                    except LaminaError as exc:
+                        answer = exc.with_traceback(None)
+                    except Exception as exc:
+                        log.exception("internal error in a waiting receive")
+                        answer = InternalError(f"receive failed: {type(exc).__name__}: {exc}")
+                    if isinstance(answer, ReceiveAnswer) and not answer.deliveries:
+                        break
+                    self._claim(waiter, answer, replies)
+
+    def _claim(self, waiter: Waiter, answer: Answer, replies: list[_Reply]) -> None:
+        self.waiting.remove(waiter)
+        waiter.claimed = True
+        replies.append(_Reply(waiter.connection, waiter.request_id, answer, "receive",
+                              waiter.op_started, waiter))
+
+    def _end_waits_on_deleted(self, op: str, args: dict[str, Any],
+                              replies: list[_Reply]) -> None:
+        """DESIGN §2: delete_queue / delete_tag end their waits with QueueNotFound /
+        TagNotFound."""
+        queue = args["queue"]
+        if op == "delete_queue":
+            waiters = self.waiting.on_queue(queue)
+            error: LaminaError = QueueNotFound(f"queue: {queue!r} was deleted", field="queue")
+        else:
+            waiters = self.waiting.on_tag(queue, args["tag"])
+            error = TagNotFound(f"tag: {args['tag']!r} was deleted", field="tag")
+        for waiter in waiters:
+            self._claim(waiter, error, replies)
+
+    # -- server_info and metrics ---------------------------------------------------------------
+
+    def _server_info(self) -> dict[str, Any]:
+        try:
+            queues = len(self.engine._queues)  # type: ignore[attr-defined]
+        except AttributeError:
+            queues = len(self.engine.list_queues().queues)
+        return {"version": self.version, "uptime": round(time.monotonic() - self._started, 3),
+                "queues": queues, "connections": len(self.connections),
+                "data_bytes": _directory_bytes(Path(self.engine.path))}
+
+    async def _refresh_metrics(self) -> None:
+        while True:
+            await trio.sleep(self.config.metrics_interval_s)
+            self.metrics.waiting.set(len(self.waiting))
+            await self.run_engine_job(self.metrics.refresh_queues)
+
+
+def _weight(item: Any) -> tuple[int, int]:
+    if type(item) is Work:
+        return len(item.requests), item.nbytes
+    return 1, 0
+
+
+def _directory_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass  # compaction removed it meanwhile
+    return total

@@ -1,0 +1,169 @@
+"""The Python clients (DESIGN.md §5): connection errors, threads sharing a blocking client,
+the lease keeper and the worker loop."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from lamina.engine.errors import LaminaError, QueueNotFound
+from lamina.server.client import (
+    AsyncClient,
+    Client,
+    Delivery,
+    LaminaConnectionError,
+    message,
+)
+from support import running_server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_connection_errors_are_clear() -> None:
+    with pytest.raises(LaminaConnectionError, match="cannot connect"):
+        Client.connect("127.0.0.1", free_port(), timeout=2)
+    error = LaminaConnectionError("x")
+    assert isinstance(error, ConnectionError) and isinstance(error, LaminaError)
+
+
+def test_server_going_away_fails_calls_in_flight(start_server: Any) -> None:
+    server = start_server()
+    client = Client.connect("127.0.0.1", server.port)
+    client.create_queue("q")
+    failures: list[BaseException] = []
+
+    def wait_long() -> None:
+        try:
+            client.receive("q", wait=20)
+        except BaseException as exc:
+            failures.append(exc)
+
+    waiter = threading.Thread(target=wait_long)
+    waiter.start()
+    time.sleep(0.2)
+    server.call(lambda: [c.abort() for c in list(server.server.connections)])
+    waiter.join(5)
+    assert failures and isinstance(failures[0], LaminaConnectionError)
+    with pytest.raises(LaminaConnectionError):
+        client.ping()
+    client.close()
+
+
+def test_threads_share_one_blocking_client(start_server: Any) -> None:
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client:
+        client.create_queue("q")
+        got: list[Delivery] = []
+
+        def consumer() -> None:
+            got.extend(client.receive("q", wait=5))  # a long poll on the shared connection
+
+        thread = threading.Thread(target=consumer)
+        thread.start()
+        time.sleep(0.1)
+        ids = set()
+        for n in range(20):  # meanwhile the main thread's calls go through
+            ids.add(client.send("q", [f"m{n}"])[0].id)  # type: ignore[union-attr]
+        thread.join(5)
+        assert len(got) == 1 and got[0].id in ids
+        with pytest.raises(QueueNotFound):
+            client.peek("missing")
+
+
+def test_message_builder() -> None:
+    assert message(b"x") == b"x"
+    assert message("x", priority=2, delay=1.5, attributes={"a": 1}, topic=None) == {
+        1: "x", 2: {"a": 1}, 4: 2, 5: 1.5}
+
+
+@pytest.mark.slow
+def test_lease_keeper_holds_a_slow_message_and_deletes_it(start_server: Any) -> None:
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client, \
+            Client.connect("127.0.0.1", server.port) as rival:
+        client.create_queue("q")
+        client.send("q", [b"slow"])
+        with client.lease_keeper("q", lease_s=1) as keeper:
+            (delivery,) = client.receive("q", visibility_timeout=1)
+            keeper.hold([delivery])
+            deadline = time.monotonic() + 2.2  # over two leases
+            while time.monotonic() < deadline:
+                assert rival.receive("q", wait=0.3) == []  # never redelivered meanwhile
+            assert keeper.receipt(delivery) != delivery.receipt  # extended, new receipt
+            keeper.complete(delivery)
+        assert rival.peek("q", start=0).messages == []  # deleted, hence gone
+        assert not keeper.lost
+
+
+@pytest.mark.slow
+def test_process_handles_deletes_and_lets_failures_come_back(start_server: Any) -> None:
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client:
+        client.create_queue("q")
+        client.send("q", [b"ok1", b"boom", b"ok2"])
+        seen: list[Any] = []
+
+        def handler(delivery: Delivery) -> None:
+            seen.append(delivery.body)
+            if delivery.body == b"boom":
+                raise RuntimeError("worker crashed")
+
+        handled = client.process("q", handler, max=10, wait=0.2, lease_s=1, limit=2)
+        assert handled == 2 and seen == [b"ok1", b"boom", b"ok2"]
+        assert client.receive("q") == []  # the failed one is still leased...
+        started = time.monotonic()
+        again = client.receive("q", wait=3)  # ...and comes back within one short lease
+        assert [d.body for d in again] == [b"boom"] and time.monotonic() - started < 1.5
+
+
+async def test_async_lease_keeper_and_process(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("q")
+            await client.send("q", [b"a", b"b"])
+            seen: list[Any] = []
+
+            async def handler(delivery: Delivery) -> None:
+                seen.append(delivery.body)
+
+            assert await client.process("q", handler, max=5, wait=0.1, limit=2) == 2
+            assert seen == [b"a", b"b"]
+            await client.send("q", [b"c"])
+            async with client.lease_keeper("q", lease_s=1) as keeper:
+                (delivery,) = await client.receive("q", visibility_timeout=1)
+                keeper.hold([delivery])
+                await keeper.extend_now()
+                assert keeper.receipt(delivery) != delivery.receipt
+                await keeper.release(delivery)
+            assert [d.body for d in await client.receive("q")] == [b"c"]
+
+
+async def test_async_client_errors_are_not_wrapped(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        with pytest.raises(QueueNotFound):
+            async with AsyncClient.connect("127.0.0.1", server.port) as client:
+                await client.get_queue("missing")
+    with pytest.raises(LaminaConnectionError):
+        async with AsyncClient.connect("127.0.0.1", free_port(), timeout=2):
+            pass
+
+
+async def test_async_client_sees_the_server_leave(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("q")
+            for connection in list(server.connections):
+                connection.abort()
+            with trio.fail_after(5):
+                with pytest.raises(LaminaConnectionError):
+                    await client.receive("q", wait=10)

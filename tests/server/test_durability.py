@@ -1,0 +1,161 @@
+"""What an acknowledgement means (DESIGN.md §3-4): group commit with one WAL sync per group and
+no answer before its sync, graceful shutdown of a real ``lamina serve`` on SIGTERM, and kill -9
+under load losing nothing acknowledged."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from lamina.engine import Engine
+from lamina.engine.errors import LaminaError
+from lamina.engine.results import Sent
+from lamina.server.client import AsyncClient, Client, LaminaConnectionError
+from support import RawConnection, running_server
+
+
+async def test_group_commit_syncs_once_per_group_before_answering(tmp_path: Path) -> None:
+    engine = Engine.open(tmp_path / "data", fsync=True)
+    syncs: list[tuple[float, float]] = []
+    real_sync = engine.sync_wal
+
+    def slow_sync() -> None:  # a slow disk: requests pile up behind each sync
+        started = time.perf_counter()
+        time.sleep(0.01)
+        real_sync()
+        syncs.append((started, time.perf_counter()))
+
+    engine.sync_wal = slow_sync  # type: ignore[method-assign]
+    answered: list[tuple[float, float]] = []
+    try:
+        async with running_server(tmp_path, engine=engine) as server:
+            async with AsyncClient.connect("127.0.0.1", server.port) as setup:
+                await setup.create_queue("q")
+            groups_before, syncs_before = server.groups, server.syncs
+
+            async def producer() -> None:
+                async with AsyncClient.connect("127.0.0.1", server.port) as client:
+                    for n in range(10):
+                        started = time.perf_counter()
+                        result = await client.send("q", [f"m{n}".encode()])
+                        assert isinstance(result[0], Sent)
+                        answered.append((started, time.perf_counter()))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+                    nursery.start_soon(producer)
+            group_syncs = server.syncs - syncs_before
+            assert group_syncs <= server.groups - groups_before  # at most one per group
+            assert group_syncs < 200 / 2  # 200 sends shared far fewer syncs
+            for started, finished in answered:  # every answer after a sync that began after
+                assert any(started <= s_start and s_end <= finished for s_start, s_end in syncs)
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow
+async def test_sigterm_answers_what_was_read_and_exits_zero(tmp_path: Path,
+                                                            spawned: Any) -> None:
+    process = spawned()
+    connection = await RawConnection.open(process.port)
+    await connection.call("create_queue", {"queue": "q"})
+    waiting = await connection.send("receive", {"queue": "q", "wait": 25})
+    sends = [await connection.send("send", {"queue": "q", "messages": [f"m{n}"]})
+             for n in range(50)]
+    await connection.response(sends[0])
+    process.signal(signal.SIGTERM)
+    with trio.fail_after(10):
+        answered = {}
+        while (event := await connection.next_event()) is not None:
+            answered[event.id] = event
+    assert answered[waiting].result is not None  # [] or the first message: never dropped
+    acknowledged = [n for n, rid in enumerate(sends) if rid in answered or n == 0]
+    code = await trio.to_thread.run_sync(process.wait)
+    assert code == 0
+    assert "stop" in process.events()
+    restarted = spawned(data=tmp_path / "data")
+    with trio.fail_after(10):
+        async with AsyncClient.connect("127.0.0.1", restarted.port) as client:
+            page = await client.peek("q", start=0, max=1000)
+    bodies = {p.body for p in page.messages}
+    assert {f"m{n}" for n in acknowledged} <= bodies | {
+        d[0][1] for d in (answered[waiting].result or {}).get("messages", [])}
+
+
+@pytest.mark.slow
+def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, spawned: Any) -> None:
+    process = spawned()
+    port = process.port
+    with Client.connect("127.0.0.1", port) as setup:
+        setup.create_queue("q", {"visibility_timeout": 1})
+    stop = threading.Event()
+    acked_sent: set[str] = set()
+    received: set[str] = set()
+    acked_deleted: set[str] = set()
+    lock = threading.Lock()
+
+    def producer(number: int) -> None:
+        try:
+            with Client.connect("127.0.0.1", port) as client:
+                n = 0
+                while not stop.is_set():
+                    batch = [f"p{number}-{n + i}".encode() for i in range(8)]
+                    n += 8
+                    results = client.send("q", batch)
+                    with lock:
+                        acked_sent.update(r.id for r in results if isinstance(r, Sent))
+        except LaminaConnectionError:
+            pass
+
+    def consumer() -> None:
+        try:
+            with Client.connect("127.0.0.1", port) as client:
+                while not stop.is_set():
+                    deliveries = client.receive("q", max=8, wait=0.2)
+                    with lock:
+                        received.update(d.id for d in deliveries)
+                    if deliveries:
+                        results = client.delete("q", deliveries)
+                        with lock:
+                            acked_deleted.update(d.id for d, r in zip(deliveries, results)
+                                                 if r is None)
+        except LaminaConnectionError:
+            pass
+
+    workers = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
+    workers += [threading.Thread(target=consumer) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.5)
+    process.signal(signal.SIGKILL)
+    process.wait()
+    stop.set()
+    for worker in workers:
+        worker.join(10)
+    assert len(acked_sent) > 100 and len(acked_deleted) > 10
+
+    restarted = spawned(data=tmp_path / "data")
+    retained: dict[str, str] = {}
+    with Client.connect("127.0.0.1", restarted.port) as client:
+        after = None
+        while True:
+            page = client.peek("q", start=0, after=after, max=1000)
+            for peeked in page.messages:
+                assert not isinstance(peeked, LaminaError)
+                retained[peeked.id] = peeked.state
+            if page.next is None:
+                break
+            after = page.next
+    live = {message_id for message_id, state in retained.items()
+            if state not in ("deleted", "dead")}
+    assert not acked_deleted & live, "an acknowledged delete came back"
+    missing = acked_sent - set(retained) - received
+    assert not missing, f"acknowledged sends lost: {sorted(missing)[:5]}"
+    never_received = acked_sent - received
+    assert never_received <= live

@@ -1,0 +1,93 @@
+"""Observability (DESIGN.md §4): the Prometheus /metrics endpoint and structured log lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import urllib.request
+from pathlib import Path
+
+import trio
+
+from lamina.server.client import AsyncClient
+from lamina.server.logs import JsonFormatter
+from support import running_server
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def sample(text: str, prefix: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {prefix!r}")
+
+
+async def test_metrics_endpoint(tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=0.25) as server:
+        assert server.metrics_port
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("orders")
+            await client.create_tag("orders", "audit")
+            await client.send("orders", [b"a", b"b", b"c"])
+            await client.receive("orders")
+            try:
+                await client.get_queue("missing")
+            except Exception:
+                pass
+            await trio.sleep(0.4)  # a refresh of the queue gauges
+            text = await trio.to_thread.run_sync(scrape, server.metrics_port)
+            connections = sample(text, "lamina_connections ")
+    assert sample(text, 'lamina_requests_total{op="send",outcome="ok"}') == 1
+    assert sample(text, 'lamina_requests_total{op="get_queue",outcome="QueueNotFound"}') == 1
+    assert sample(text, 'lamina_request_seconds_count{op="receive"}') == 1
+    assert sample(text, 'lamina_queue_messages{queue="orders"}') == 3
+    assert sample(text, 'lamina_tag_messages{queue="orders",state="inflight",tag="default"}') == 1
+    assert sample(text, 'lamina_tag_messages{queue="orders",state="active",tag="audit"}') == 3
+    assert sample(text, "lamina_group_commit_requests_count") >= 5
+    assert connections == 1
+    assert "lamina_wal_syncs_total" in text
+
+
+def test_log_lines_are_json_with_their_fields() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("lamina.test-json")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("listening", extra={"event": "start", "port": 7766})
+        try:
+            raise ValueError("bad")
+        except ValueError:
+            logger.exception("failed", extra={"event": "error"})
+    finally:
+        logger.removeHandler(handler)
+    first, second = [json.loads(line) for line in stream.getvalue().splitlines()
+                     if line.startswith("{")]
+    assert first["event"] == "start" and first["port"] == 7766
+    assert first["level"] == "WARNING" and first["message"] == "listening"
+    assert second["event"] == "error" and "ValueError: bad" in second["error"]
+
+
+async def test_server_logs_start_and_stop(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("lamina.server")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        async with running_server(tmp_path):
+            pass
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    events = [json.loads(line).get("event") for line in stream.getvalue().splitlines()]
+    assert events[0] == "start" and events[-1] == "stop"
