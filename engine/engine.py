@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from .admin import AdminOps
 from .clock import Clock
@@ -47,6 +48,21 @@ class Engine(AdminOps, MessagingOps, DeadLetterOps, InspectionOps, RewindOps):
                    receipt_key=Path(receipt_key) if receipt_key is not None else None,
                    max_queues=max_queues, segment_max_messages=segment_max_messages,
                    segment_max_bytes=segment_max_bytes, segment_max_age_ms=segment_max_age_ms)
+
+    # -- cheap read-only views (no operation frame, no stats walk) --------------------------
+
+    @property
+    def queue_count(self) -> int:
+        """How many queues exist."""
+        return len(self._queues)
+
+    def queue_attributes(self, queue: str) -> dict[str, Any]:
+        """A queue's attributes (``QueueNotFound`` if none), without computing stats."""
+        return dict(self._queue(queue).attributes)
+
+    def queue_depths(self) -> dict[str, int]:
+        """Retained messages (``next_seq - gone_seq``) per queue name, from memory."""
+        return {q.name: q.next_seq - q.gone_seq for q in self._queues.values()}
 
     def __enter__(self) -> Engine:
         return self

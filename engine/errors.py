@@ -183,8 +183,9 @@ def error_from_wire(wire: dict[str, Any]) -> LaminaError:
         err = LaminaError(message, details=wire.get("details"))
         err.code = code
         return err
-    if cls is InvalidArgument:
+    if cls is InvalidArgument:  # "field: problem", as InvalidArgument words it
         err = LaminaError.__new__(InvalidArgument)
-        LaminaError.__init__(err, message, details=wire.get("details"))
+        field = message.partition(": ")[0] if ": " in message else None
+        LaminaError.__init__(err, message, field=field, details=wire.get("details"))
         return err
     return cls(message, details=wire.get("details"))

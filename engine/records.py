@@ -102,6 +102,9 @@ def encode_record(
     ))
 
 
+_DEFAULTS = ("", b"", None, None, 8, 0, 0, b"", None)
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """A decoded record (PROTOCOL.md §4)."""
@@ -118,8 +121,10 @@ class Message:
 
     @classmethod
     def decode(cls, record: bytes) -> Message:
+        """Fields are only ever appended (PROTOCOL.md §4): extra ones are ignored, missing
+        trailing ones take their defaults."""
         fields = cbor2.loads(record)
-        return cls(*fields[:9])
+        return cls(*fields[:9], *_DEFAULTS[len(fields):])
 
 
 def split_value(value: bytes) -> tuple[int, int, int, int, bytes]:

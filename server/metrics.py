@@ -133,15 +133,5 @@ class ServerMetrics:
 
 
 def queue_depths(engine: Engine) -> dict[str, int]:
-    """Retained messages per queue name.
-
-    The engine has no public per-queue depth that is cheap (``get_queue`` walks the backlog to
-    count Active messages), so this reads the watermarks the engine keeps in memory; it degrades
-    to nothing, never to an error, if those internals change.
-    """
-    try:
-        queues = engine._queues.values()  # type: ignore[attr-defined]
-        return {q.name: q.next_seq - q.gone_seq for q in queues}
-    except Exception:
-        log.debug("queue depths unavailable", exc_info=True)
-        return {}
+    """Retained messages per queue name (from the engine's memory: cheap)."""
+    return engine.queue_depths()

@@ -504,13 +504,8 @@ class Server:
         return None
 
     def _polling_wait(self, queue: str) -> float:
-        """The queue's ``polling_wait`` (the default ``wait``). The engine has no cheap public
-        accessor for one attribute (``get_queue`` computes stats), so its queue table is read,
-        falling back to ``get_queue``."""
-        try:
-            return self.engine._queue(queue).attributes["polling_wait"]  # type: ignore
-        except AttributeError:
-            return self.engine.get_queue(queue).attributes["polling_wait"]
+        """The queue's ``polling_wait`` (the default ``wait``)."""
+        return self.engine.queue_attributes(queue)["polling_wait"]
 
     def _serve_waiters(self, replies: list[_Reply]) -> None:
         """Waiters rule 2: retry the waiters of due tags, oldest first, until one finds
@@ -558,12 +553,8 @@ class Server:
     # -- server_info and metrics ---------------------------------------------------------------
 
     def _server_info(self) -> dict[str, Any]:
-        try:
-            queues = len(self.engine._queues)  # type: ignore[attr-defined]
-        except AttributeError:
-            queues = len(self.engine.list_queues().queues)
         return {"version": self.version, "uptime": round(time.monotonic() - self._started, 3),
-                "queues": queues, "connections": len(self.connections),
+                "queues": self.engine.queue_count, "connections": len(self.connections),
                 "data_bytes": _directory_bytes(Path(self.engine.path))}
 
     async def _refresh_metrics(self) -> None:

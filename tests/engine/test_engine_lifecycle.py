@@ -80,3 +80,17 @@ def test_closed_engine_is_unavailable(tmp_path):
     engine.close()
     with pytest.raises(Unavailable):
         engine.list_queues()
+
+
+def test_invalid_argument_from_the_wire_keeps_its_field():
+    from lamina.engine.errors import error_from_wire
+    error = error_from_wire({"code": "InvalidArgument", "message": "max: must be an integer"})
+    assert error.field == "max"
+
+
+def test_cheap_views_of_queues(engine, clock):
+    engine.create_queue("a", {"polling_wait": 5})
+    engine.send("a", [b"x", b"y"])
+    assert engine.queue_count == 1
+    assert engine.queue_attributes("A")["polling_wait"] == 5
+    assert engine.queue_depths() == {"a": 2}

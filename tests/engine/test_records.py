@@ -52,3 +52,10 @@ def test_message_ids_sort_in_production_order_across_lanes():
 @pytest.mark.parametrize("bad", [None, 5, "", "x" * 25, "0" * 24, "A" * 25, "0" * 26])
 def test_malformed_message_ids_do_not_parse(bad):
     assert parse_message_id(bad) is None
+
+
+def test_shorter_and_longer_records_decode_with_defaults():
+    short = cbor2.dumps(["id", b"body"])
+    assert Message.decode(short) == Message("id", b"body", None, None, 8, 0, 0, b"", None)
+    longer = cbor2.dumps(["id", b"b", None, None, 3, 1, 2, b"m" * 16, None, "future"])
+    assert Message.decode(longer).priority == 3
