@@ -126,10 +126,14 @@ class AdminOps(GrantOps, TagOps):
             store.delete(store.meta_h, keys.queue_def_key(q.id))
             store.delete(store.meta_h, keys.watermarks_key(q.id))
             store.delete_range(store.meta_h, *keys.tag_def_bounds(q.id))
+            store.delete_range(store.meta_h, *keys.topic_names_bounds(q.id))
             del self._queues[q.id]
             del self._queue_names[q.name.lower()]
             self._drop_grants_on(q.name)
             self._forget_counters(q.id)
+            if self._topic_ids:
+                for cached in [k for k in self._topic_ids if k[0] == q.id]:
+                    del self._topic_ids[cached]
             for other in self._queues.values():
                 policy = other.attributes["redrive"]
                 if policy is not None and policy["dlq"].lower() == q.name.lower():

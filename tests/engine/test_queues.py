@@ -166,3 +166,19 @@ def test_queue_state_survives_reopen(open_engine, clock):
     engine = open_engine()
     assert engine.get_queue("q").attributes["visibility_timeout"] == 5
     assert engine.list_queues().queues == ["q"]
+
+
+def test_delete_queue_leaves_no_row_of_it_behind(engine, clock):
+    from lamina.engine import keys
+    engine.create_queue("q")
+    engine.create_tag("q", "t", "oldest")
+    engine.send("q", [{1: b"a", 3: "topic"}, {1: b"d", 5: 5}, b"plain"])
+    engine.receive("q", max=10)
+    engine.delete_queue("q")
+    store = engine._store
+    lower, upper = keys.queue_bounds(1)
+    for family in ("log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
+                   "timers"):
+        assert list(store.keys(getattr(store, family), lower, upper)) == [], family
+    assert [k for k in store.meta.keys() if k[:1] in b"QWTPD" and k[1:5] == lower] == []
+    assert [k for k in store.meta.keys() if k[:1] == b"N"] == []
