@@ -430,8 +430,11 @@ class EngineCore:
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
                     store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
-            for head in [seq for seq in t.heads if seq < gone]:
-                self._topic_head_ended(q, t, head, self._now)
+            heads = t.head_heap
+            while heads and heads[0] < gone:
+                head = heapq.heappop(heads)
+                if head in t.heads:
+                    self._topic_head_ended(q, t, head, self._now)
             moved = False
             for lane in q.lanes_used:
                 if t.cursors[lane] < gone and t.cursors[lane] <= q.lane_tail[lane]:
@@ -527,7 +530,8 @@ class EngineCore:
     # -- segments -------------------------------------------------------------------------------
 
     def _collect(self, q: QueueState) -> None:
-        """Reclaim whole segments below ``gone_seq`` (log, time index, delay index)."""
+        """Reclaim whole segments below ``gone_seq`` (log, time index, delay and topic
+        indexes)."""
         store = self._store
         while q.segments and q.segments[0].last_seq < q.gone_seq:
             segment = q.segments.pop(0)
@@ -549,6 +553,13 @@ class EngineCore:
                 seq = keys.delayseq_key_decode(key)[1]
                 store.delete(store.delays_h, keys.delay_key(q.id, keys.read_u64(value), seq))
             store.delete_range(store.delayseq_h, lower, upper)
+            if q.next_topic_id > 1 and DEFAULT_LANE in q.lanes_used:  # topic messages: lane 8
+                for key, value in Store.items(store.log, keys.log_key(q.id, DEFAULT_LANE, first),
+                                              keys.log_key(q.id, DEFAULT_LANE, end)):
+                    topic_id = PREFIX.unpack_from(value)[2]
+                    if 0 < topic_id < DEAD_MARK:
+                        store.delete(store.topics_h,
+                                     keys.topic_key(q.id, topic_id, keys.log_seq(key)))
             store.delete(store.segments_h, keys.segment_key(q.id, first))
 
     # -- wake-ups ---------------------------------------------------------------------------------

@@ -606,8 +606,10 @@ class _Lessor:
         q, t, store, now = self.q, self.t, self.store, self.now
         timers = delays = None
         if t.min_due <= now:
-            lower, upper = keys.tag_scope_bounds(q.id, t.id)
-            timers = Store.scan(store.timers, lower, upper)
+            # From the lower bound of the next deadline to now only: rows of leases deleted
+            # before they ran out leave tombstones above now, and walking those is what costs.
+            lower = keys.timer_key(q.id, t.id, t.min_due, 0)
+            timers = Store.scan(store.timers, lower, keys.timer_key(q.id, t.id, now + 1, 0))
         if t.delay_hint <= now:
             lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
             delays = Store.scan(store.delays, lower, keys.queue_bounds(q.id)[1])
@@ -618,11 +620,8 @@ class _Lessor:
             if timers is not None:
                 if timers.valid():
                     timer = keys.timer_key_decode(timers.key())[2:]
-                    if timer[0] > now:
-                        self._timers_done(min(kept_due, timer[0]))
-                        timers = timer = None
-                else:
-                    self._timers_done(kept_due)
+                else:  # every row left is due after now
+                    self._timers_done(min(kept_due, now + 1))
                     timers = None
             if delays is not None:
                 if delays.valid():
@@ -672,7 +671,7 @@ class _Lessor:
                     self.tag_moved = True
 
     def _timers_done(self, next_due: int) -> None:
-        """The timer walk passed ``now``: the next due time is ``next_due``, or that of the
+        """The timer walk reached ``now``: nothing is due before ``next_due`` nor before the
         leases this receive made (their rows are not written yet, so the walk cannot see
         them)."""
         if not self.dry_run:

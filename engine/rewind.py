@@ -1,10 +1,9 @@
 """rewind (DESIGN.md §2 "Rewind").
 
-Rewind of a tag to ``time`` in O(log n + in-flight): one seek in the time index gives the seq
-``from_seq``; then the tag's cursors move back to it, its lease rows from it on are dropped
-with one range delete (the Inflight ones are written back: they keep their leases and are not
-offered again), timer rows of dropped leases are left to be skipped and deleted when a receive
-meets them, and the delay position moves back before every delay that can end at or after
+Rewind of a tag to ``time`` in O(log n + lease rows): one seek in the time index gives the
+seq ``from_seq``; then the tag's cursors move back to it, its lease rows from it on are dropped
+(the Inflight ones stay: they keep their leases and are not offered again), timer rows of
+dropped leases are left to be skipped and deleted when a receive meets them, and the delay position moves back before every delay that can end at or after
 ``time``. Delay entries below ``from_seq`` that the tag had already handled are recognised by
 ``rewind_seq`` / the old delay position and skipped.
 
@@ -58,16 +57,17 @@ class RewindOps(TopicOps):
         from_seq = max(self._first_seq_at(q, time_ms), q.gone_seq, t.start_seq)
         if from_seq >= q.next_seq:
             return
-        # Leases from from_seq on: Inflight ones stay, the rest go (one range delete).
-        kept = {seq: lease for seq, lease in t.leases.items()
-                if seq >= from_seq and lease.state == LEASED and lease.due > now}
-        for seq in [seq for seq in t.leases if seq >= from_seq]:
+        # Lease rows from from_seq on: Inflight ones stay, the rest go. Their timer rows stay
+        # behind and are dropped when a receive meets them.
+        kept = set()
+        for seq, lease in list(t.leases.items()):
+            if seq < from_seq:
+                continue
+            if lease.state == LEASED and lease.due > now:
+                kept.add(seq)
+                continue
             del t.leases[seq]
-        store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, from_seq),
-                           keys.tag_scope_bounds(q.id, t.id)[1])
-        for seq, lease in kept.items():
-            t.leases[seq] = lease
-            store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
+            store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
         # Topics: heads that stay Inflight keep their topic locked; rewound messages of it
         # wait behind them and are looked for from from_seq when they end.
         for topic, head in list(t.locked.items()):

@@ -16,6 +16,7 @@ Persisted forms (fixed structs, one encoder and decoder each, next to the class 
 
 from __future__ import annotations
 
+import heapq
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,7 +100,7 @@ class TagState:
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
         "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
         "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
-        "topic_from", "row_heap", "stats_cache", "min_due", "delay_hint",
+        "topic_from", "row_heap", "stats_cache", "min_due", "delay_hint", "head_heap",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -125,6 +126,7 @@ class TagState:
         self.lease_heap: list[int] = []
         self.dead_heap: list[int] = []
         self.row_heap: list[int] = []  # every lease row's seq, for dropping rows below gone
+        self.head_heap: list[int] = []  # topic heads' seqs (lazy), for heads below gone
         # After a rewind from ``rewind_seq``: delay entries below it up to the old delay
         # position were handled before and are skipped when the delay index is walked again.
         self.rewind_seq = 0
@@ -144,6 +146,7 @@ class TagState:
             self.heads.pop(old, None)
         self.locked[topic] = head
         self.heads[head] = topic
+        heapq.heappush(self.head_heap, head)
 
     def unlock(self, topic: int) -> None:
         head = self.locked.pop(topic, None)

@@ -9,12 +9,12 @@ production order. The rules, as the engine applies them:
 - While a topic has a head (a message successors wait behind) the tag remembers it in
   ``TagState.locked``; successors met by a cursor or the delay index are *parked*: passed
   without a row, to come back through the ``topics`` index when the head ends.
-- When the head ends (delete, dead, delete_by_id, expiry) its successor in scope becomes the
-  head. Cases:
-    1. none: the topic unlocks;
-    2. Delayed and not yet taken from the delay index: it arrives there when due;
-    3. not delayed and not yet reached by its lane cursor: the cursor brings it;
-    4. otherwise it was parked: it becomes Active again now (a LEASED row due now, count 0).
+- When the head ends (delete, dead, delete_by_id, expiry) the topic unlocks, and its
+  successor in scope, if any:
+    1. Delayed and not yet taken from the delay index: arrives there when due;
+    2. not delayed and not yet reached by its lane cursor: the cursor brings it;
+    3. otherwise it was parked: it becomes Active again now (a LEASED row due now, count 0)
+       and the new head.
 - Topic messages all live in the default lane; queues without topics pay nothing.
 """
 
@@ -189,10 +189,13 @@ class TopicOps(CounterOps):
                     t.lock(topic_id, successor)
                     return
                 continue  # ended ahead of its turn
+            if self._pending(q, t, successor, enqueue_ms, visible_ms):
+                # A cursor or the delay index brings it; the gate lets it through then (its
+                # predecessor has ended). Nothing to remember meanwhile: memory stays with
+                # what is in flight, not with the number of topics.
+                return
+            # Parked: Active again from now, never delivered (count 0).
             t.lock(topic_id, successor)
-            if not self._pending(q, t, successor, enqueue_ms, visible_ms):
-                # Parked: Active again from now, never delivered (count 0).
-                self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0),
-                                  None)
-                self._notify(q)
+            self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
+            self._notify(q)
             return
