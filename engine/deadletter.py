@@ -28,7 +28,8 @@ from .validation import check_batch, check_bool, check_int, check_name, check_ti
 
 
 class DeadLetterOps(CounterOps):
-    """Needs ``_append`` (messaging), ``_check`` (grants) and ``_notify`` from the engine."""
+    """Needs ``_append``, ``_tag_operation`` and ``_by_receipt`` (messaging), ``_check``
+    (grants) and ``_notify`` from the engine."""
 
     def _dlq_of(self, q: QueueState) -> QueueState | None:
         policy = q.attributes["redrive"]
@@ -86,23 +87,14 @@ class DeadLetterOps(CounterOps):
              caller: str | None = None) -> list[LaminaError | None]:
         """Dead-letter received messages at once, by their current receipts."""
         with self._operation() as now:
-            self._check(caller, "receive", queue)
-            q = self._queue(queue)
-            t = self._tag(q, tag)
+            q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            self._advance(q, now)
             if self._dlq_of(q) is None:
                 raise NoDeadLetterQueue(f"queue: {q.name!r} has no redrive policy",
                                         field="queue")
-            results: list[LaminaError | None] = []
-            for receipt in receipts:
-                try:
-                    seq, lease = self._current_lease(q, t, receipt, now)
-                except LaminaError as exc:
-                    results.append(exc.with_traceback(None))
-                    continue
-                self._move_to_dlq(q, t, seq, lease, now)
-                results.append(None)
+            results = self._by_receipt(q, t, receipts, now,
+                                       lambda seq, lease: self._move_to_dlq(q, t, seq, lease,
+                                                                            now))
             self._settle(q, now)
             return results
 

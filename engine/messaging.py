@@ -410,24 +410,38 @@ class MessagingOps(TopicOps):
             raise StaleReceipt("receipt: the lease is no longer current")
         return seq, lease
 
+    def _tag_operation(self, caller: str | None, queue: str, tag: str | None,
+                       now: int) -> tuple[QueueState, TagState]:
+        """The common start of an operation on received messages of one tag."""
+        self._check(caller, "receive", queue)
+        q = self._queue(queue)
+        t = self._tag(q, tag)
+        self._advance(q, now)
+        return q, t
+
+    def _by_receipt(self, q: QueueState, t: TagState, receipts: Sequence[object], now: int,
+                    end: Any) -> list[LaminaError | None]:
+        """``end(seq, lease)`` for each receipt naming a current lease; per receipt None or
+        the error that refused it."""
+        results: list[LaminaError | None] = []
+        for receipt in receipts:
+            try:
+                seq, lease = self._current_lease(q, t, receipt, now)
+            except LaminaError as exc:
+                results.append(exc.with_traceback(None))
+                continue
+            end(seq, lease)
+            results.append(None)
+        return results
+
     def delete(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
                caller: str | None = None) -> list[LaminaError | None]:
         """End messages for ``tag`` by their current receipts; per receipt None or an error."""
         with self._operation() as now:
-            self._check(caller, "receive", queue)
-            q = self._queue(queue)
-            t = self._tag(q, tag)
+            q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            self._advance(q, now)
-            results: list[LaminaError | None] = []
-            for receipt in receipts:
-                try:
-                    seq, lease = self._current_lease(q, t, receipt, now)
-                except LaminaError as exc:
-                    results.append(exc.with_traceback(None))
-                    continue
-                self._lease_dropped(q, t, seq, lease)
-                results.append(None)
+            results = self._by_receipt(q, t, receipts, now,
+                                       lambda seq, lease: self._lease_dropped(q, t, seq, lease))
             deleted = results.count(None)
             if deleted:
                 self._count(q.id, t.id, DELETED, deleted)
@@ -439,11 +453,8 @@ class MessagingOps(TopicOps):
         """Per ``[receipt, timeout_s]``: end the lease ``timeout`` from now with a new receipt
         (the old one goes stale); 0 ends it at once -> ``VisibilityChanged(None, now)``."""
         with self._operation() as now:
-            self._check(caller, "receive", queue)
-            q = self._queue(queue)
-            t = self._tag(q, tag)
+            q, t = self._tag_operation(caller, queue, tag, now)
             entries = check_batch(entries, "entries")
-            self._advance(q, now)
             results: list[VisibilityChanged | LaminaError] = []
             for index, entry in enumerate(entries):
                 try:

@@ -157,27 +157,18 @@ class Store:
 
     @staticmethod
     def items(family: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-        options = _bounds(lower, upper)
-        it = family.iter(options)
-        it.seek(lower)
+        it = Scan(family, lower, upper, False)
         while it.valid():
             yield it.key(), it.value()
             it.next()
 
     @staticmethod
     def values(family: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
-        options = _bounds(lower, upper)
-        it = family.iter(options)
-        it.seek(lower)
-        while it.valid():
-            yield it.value()
-            it.next()
+        return (value for _, value in Store.items(family, lower, upper))
 
     @staticmethod
     def keys(family: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
-        options = _bounds(lower, upper)
-        it = family.iter(options)
-        it.seek(lower)
+        it = Scan(family, lower, upper, False)
         while it.valid():
             yield it.key()
             it.next()
