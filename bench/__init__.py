@@ -1,1 +1,9 @@
-"""Lamina load generator and benchmarks."""
+"""Lamina load generator and benchmarks.
+
+``lamina bench`` (issue 4): ``cli`` registers the command; ``workloads`` sets up and scores
+each workload; ``workers`` is what runs in the client processes; ``loadgen`` starts those
+processes together and merges their samples (HdrHistogram percentiles, timelines); ``spawn``
+starts the server under test and reads its CPU and memory from /proc; ``report`` prints the
+tables and draws the plot; ``profiler`` attaches py-spy to the server. ``micro/`` holds the
+engine's in-process micro-benchmarks (pytest-benchmark). Results: ``RESULTS.md``.
+"""

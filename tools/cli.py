@@ -2,7 +2,8 @@
 
 ``lamina serve`` runs the server (options in ``lamina.server.config``); ``lamina demo`` runs a
 short embedded tour through the engine (create, send, receive, delete) against a local data
-directory.
+directory. The client commands (``queue``, ``tag``, ``send``, ``receive``, ``peek``, ``rewind``,
+``redrive``, ``stats``) are in ``commands.py``; ``lamina bench`` is in ``lamina.bench``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from lamina.bench.cli import add_bench_command
 from lamina.engine import Engine
 from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
+from lamina.tools.inspect import add_inspect_command
+from lamina.tools.commands import add_client_commands
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -43,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run the Lamina server")
     add_serve_arguments(serve)
     serve.set_defaults(run=_serve)
+    add_inspect_command(commands)
+    add_client_commands(commands)  # queue, tag, send, receive, ... (tools/commands.py)
+    add_bench_command(commands)  # the load generator (bench/cli.py)
     args = parser.parse_args(argv)
     if args.run is _serve:
         try:

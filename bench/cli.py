@@ -1,0 +1,198 @@
+"""``lamina bench``: the load generator's command line.
+
+    lamina bench w1 [w2 w3 w4 idle | all] [--fsync] [--repeat N] [--plot out.png] [--json]
+    lamina bench w3 --server 127.0.0.1:7766      # against a running server instead
+
+By default each run of each workload starts its own ``lamina serve`` (a fresh temporary data
+directory, any free port, ``--fsync`` if asked) and stops it afterwards, so runs do not see
+each other's data and the bench knows the server's pid (for its CPU time, its memory and
+``--profile``). With ``--server`` the bench uses that server (``--server-pid`` to get the same
+figures from it). Workload options override the issue's sizes (for quick runs and tests).
+
+This module only registers the command; the workloads, hdrhistogram and matplotlib are
+imported when it runs (a clear error names what is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_bench_command", "run_bench"]
+
+_DESCRIPTION = """\
+Run the issue-4 workloads against a Lamina server and report throughput, latency percentiles
+(HdrHistogram) and CPU per message; --plot writes throughput and latency over time.
+
+  w1    produce: 4 processes, batches of 16, 200,000 messages       (target 100,000 msg/s)
+  w2    consume: 4 processes, receive up to 16 + delete, pre-filled (target  70,000 msg/s)
+  w3    latency: 2,000 msg/s paced for 10 s, one long-polling consumer (p99 1.5 ms)
+  w4    round trips: 20,000 awaited sends, then receive 1 + delete 1 (8,000 / 5,000 per s)
+  idle  1,000 idle connections: the server's memory growth             (100 MB)
+  cost  the server's CPU per request of each kind (ping, send/receive/delete of 1 and 16)
+
+By default every run starts its own `lamina serve` on a fresh temporary directory (with
+--fsync if given) and stops it after; --server HOST:PORT uses a running one instead.
+"""
+
+WORKLOAD_NAMES = ("w1", "w2", "w3", "w4", "idle")  # "all"; "cost" only by name
+
+
+def add_bench_command(commands: Any) -> None:
+    """Add ``bench`` to the ``lamina`` parser's subparsers."""
+    from lamina.tools.commands import parse_server  # cheap: no client import
+    parser = commands.add_parser(
+        "bench", help="run the load-generator workloads (issue 4) against a server",
+        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="+", choices=(*WORKLOAD_NAMES, "cost", "all"),
+                        metavar="WORKLOAD",
+                        help="w1 w2 w3 w4 idle (or all: those five), cost")
+    where = parser.add_argument_group("the server")
+    where.add_argument("--server", type=parse_server, metavar="HOST:PORT",
+                       help="use this running server (default: start one per run)")
+    where.add_argument("--server-pid", type=int, metavar="PID",
+                       help="with --server: its pid, for CPU, memory and --profile")
+    where.add_argument("--fsync", action="store_true",
+                       help="start the server with --fsync (and use the --fsync targets)")
+    where.add_argument("--data", type=Path, metavar="DIR",
+                       help="data directory of the started server (default: a temporary one)")
+    sizes = parser.add_argument_group("workload sizes (default: the issue's)")
+    sizes.add_argument("--processes", type=int, help="client processes (w1, w2; default 4)")
+    sizes.add_argument("--messages", type=int,
+                       help="messages (w1, w2: 200,000; w4: 20,000)")
+    sizes.add_argument("--batch", type=int,
+                       help="messages per send (w1) or receive (w2, w3); default 16")
+    sizes.add_argument("--body-bytes", type=int, default=256, help="body size (default 256)")
+    sizes.add_argument("--inflight", type=int, default=1,
+                       help="requests in flight per process (w1, w2; default 1)")
+    sizes.add_argument("--rate", type=float, help="w3 messages per second (default 2000)")
+    sizes.add_argument("--duration", type=float, help="w3 seconds (default 10)")
+    sizes.add_argument("--connections", type=int, help="idle connections (default 1000)")
+    sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
+                       help="run the client processes at nice N (default 0: as the server)")
+    output = parser.add_argument_group("runs and output")
+    output.add_argument("--repeat", type=int, default=1,
+                        help="run each workload N times; report the best (default 1)")
+    output.add_argument("--plot", type=Path, metavar="OUT.png",
+                        help="write throughput and latency over time (several workloads: "
+                             "OUT-w1.png, ...)")
+    output.add_argument("--profile", type=Path, metavar="FILE",
+                        help="py-spy the server during each measured phase (.svg flame graph, "
+                             ".json speedscope, else raw collapsed stacks)")
+    output.add_argument("--profile-gil", action="store_true",
+                        help="with --profile: only samples holding the GIL (py-spy --gil)")
+    output.add_argument("--json", action="store_true", help="print the results as JSON")
+    output.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="give up on a workload after this long (default 600)")
+    parser.set_defaults(run=run_bench)
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"lamina bench: {message}\n")
+    sys.stderr.flush()
+
+
+def _numbered(base: Path, tag: str) -> Path:
+    return base.with_name(f"{base.stem}-{tag}{base.suffix}")
+
+
+def _headline(result: Any) -> Any:
+    """The figure runs are compared by: the first with a target, else the first."""
+    return next((f for f in result.figures if f.target is not None), result.figures[0])
+
+
+def _score(result: Any) -> float:
+    """How good a run was by its headline figure (higher is better; a figure without a
+    target, such as the cost workload's CPU times, is better lower)."""
+    figure = _headline(result)
+    return figure.value if figure.target is not None and figure.at_least else -figure.value
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from .loadgen import BenchError, import_hdrhistogram
+    try:
+        import_hdrhistogram()
+        return _run(args)
+    except BenchError as exc:
+        _log(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        _log("interrupted")
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lamina.engine.errors import LaminaError
+
+    from .loadgen import BenchError
+    from .profiler import PySpy
+    from .report import plot, plot_paths, print_json, print_tables
+    from .spawn import SpawnedServer
+    from .workloads import WORKLOADS, Params, Run
+
+    names = list(WORKLOAD_NAMES) if "all" in args.workloads else list(dict.fromkeys(args.workloads))
+    params = Params(processes=args.processes, messages=args.messages, batch=args.batch,
+                    body_bytes=args.body_bytes, inflight=args.inflight, rate=args.rate,
+                    duration_s=args.duration, connections=args.connections)
+    if args.server is not None and args.fsync:
+        _log("--fsync with --server: the --fsync targets apply; whether the server syncs is "
+             "its own setting")
+    many_profiles = len(names) * args.repeat > 1
+    best: list[Any] = []
+    for name in names:
+        runs: list[Any] = []
+        for attempt in range(1, args.repeat + 1):
+            label = f"{name}{' --fsync' if args.fsync else ''} (run {attempt}/{args.repeat})"
+            spawned = None
+            if args.server is None:
+                spawned = SpawnedServer.start(fsync=args.fsync, data=args.data)
+                address, pid = spawned.address, spawned.pid
+                _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
+            else:
+                address, pid = args.server, args.server_pid
+                _log(f"{label}: server {address[0]}:{address[1]}")
+            profiler = None
+            if args.profile is not None and name not in ("idle", "cost"):
+                if pid is None:
+                    raise BenchError("--profile needs the server's pid (--server-pid)")
+                path = _numbered(args.profile, f"{name}-{attempt}") if many_profiles \
+                    else args.profile
+                profiler = PySpy(pid, path, gil=args.profile_gil)
+            run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
+                      on_start=profiler.start if profiler else None,
+                      on_stop=profiler.stop if profiler else None)
+            try:
+                result = WORKLOADS[name].run(run, params)
+            except LaminaError as exc:
+                raise BenchError(f"{name}: the server refused a request: {exc.code}: "
+                                 f"{exc.message}") from None
+            finally:
+                if spawned is not None:
+                    code = spawned.stop()
+                    if code not in (0, None):
+                        _log(f"the server exited with code {code}: "
+                             + " | ".join(str(l.get("message")) for l in spawned.log[-5:]))
+            if profiler is not None:
+                _log(f"{label}: profile written to {profiler.output}")
+            headline = ", ".join(f"{f.label} {f.value:,.3g} {f.unit}" for f in result.figures
+                                 if f.target is not None)
+            _log(f"{label}: {headline}")
+            runs.append(result)
+        chosen = max(runs, key=_score)
+        if len(runs) > 1:
+            others = "; ".join(f"{_headline(r).label} {_headline(r).value:,.4g} "
+                               f"{_headline(r).unit}" for r in runs if r is not chosen)
+            chosen.notes.append(f"best of {len(runs)} runs by "
+                                f"{_headline(chosen).label}; the others: {others}")
+        best.append(chosen)
+    if args.plot is not None:
+        for result, path in plot_paths(args.plot, best):
+            plot(result, path)
+            _log(f"plot written to {path}")
+    if args.json:
+        print_json(best, sys.stdout)
+    else:
+        print_tables(best, sys.stdout)
+    return 0

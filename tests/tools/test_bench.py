@@ -1,0 +1,151 @@
+"""``lamina bench`` end to end with tiny sizes: every workload against servers it starts itself,
+one against a running server, the PNG plots, the JSON report; and its measuring parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("hdrh")
+pytest.importorskip("matplotlib")
+
+from lamina.bench.loadgen import Recorder, summarize  # noqa: E402
+from lamina.bench.profiler import by_area, top_functions  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY = ["--processes", "2", "--messages", "320", "--rate", "400", "--duration", "0.5",
+        "--connections", "20"]
+
+
+@pytest.mark.slow
+def test_every_workload_scaled_down_with_plots(tmp_path: Path, lamina: Any) -> None:
+    plot = tmp_path / "plots" / "bench.png"
+    ran = lamina(None, "bench", "all", *TINY, "--plot", str(plot), "--json")
+    assert ran.code == 0, ran.err
+    results = {r["workload"]: r for r in ran.json()["results"]}
+    assert set(results) == {"w1", "w2", "w3", "w4", "idle"}
+
+    def figure(workload: str, label: str) -> dict[str, Any]:
+        return next(f for f in results[workload]["figures"] if f["label"].startswith(label))
+
+    assert figure("w1", "produce")["value"] > 0 and figure("w1", "produce")["target"] == 100_000
+    assert results["w1"]["series"][0]["messages"] == 320
+    assert results["w2"]["series"][0]["messages"] == 320
+    assert figure("w2", "consume")["target"] == 70_000
+    e2e = next(s for s in results["w3"]["series"] if s["series"] == "end-to-end")
+    assert e2e["messages"] == 200 and e2e["latency_ms"]["p99"] >= e2e["latency_ms"]["p50"] > 0
+    assert figure("w3", "end-to-end p99")["target"] == 1.5
+    assert {s["series"] for s in results["w4"]["series"]} == {"ping", "send", "receive+delete"}
+    assert figure("w4", "unbatched awaited sends")["target"] == 8_000
+    idle = figure("idle", "server RSS growth")
+    assert idle["target"] == 100 and idle["value"] < 100
+    assert figure("idle", "connections the server reported")["value"] >= 20
+    assert figure("w1", "server CPU per message")["value"] >= 0  # 10 ms ticks: may be 0
+
+    for workload in ("w1", "w2", "w3", "w4"):
+        png = plot.with_name(f"bench-{workload}.png")
+        assert png.read_bytes()[:8] == PNG_MAGIC, workload
+    assert not plot.with_name("bench-idle.png").exists()
+
+
+@pytest.mark.slow
+def test_fsync_server_and_table_output(tmp_path: Path, lamina: Any) -> None:
+    plot = tmp_path / "w1.png"
+    ran = lamina(None, "bench", "w1", *TINY, "--fsync", "--repeat", "2", "--plot", str(plot))
+    assert ran.code == 0, ran.err
+    assert "45,000" in ran.out  # the --fsync target
+    assert "w1 --fsync" in ran.out and "best of 2 runs" in ran.out
+    assert plot.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.slow
+def test_against_a_running_server(server: Any, lamina: Any) -> None:
+    ran = lamina(server, "bench", "w2", "--processes", "2", "--messages", "100", "--json")
+    assert ran.code == 0, ran.err
+    result = ran.json()["results"][0]
+    assert result["series"][0]["messages"] == 100
+    # the bench cleans up after itself on a server it does not own
+    listed = lamina(server, "queue", "list", "--json")
+    assert listed.lines() == []
+
+
+@pytest.mark.slow
+def test_cost_per_request_kind(lamina: Any) -> None:
+    ran = lamina(None, "bench", "cost", "--messages", "40", "--json")
+    assert ran.code == 0, ran.err
+    figures = {f["label"]: f["value"] for f in ran.json()["results"][0]["figures"]}
+    for kind in ("ping", "send 1", "receive 1", "delete 1", "send 16", "receive 16",
+                 "delete 16"):
+        assert figures[f"{kind}: server CPU"] >= 0
+        assert figures[f"{kind}: round trip (mean)"] > 0
+
+
+def test_idle_needs_the_server_pid(server: Any, lamina: Any) -> None:
+    ran = lamina(server, "bench", "idle", "--connections", "5")
+    assert ran.code == 1 and "--server-pid" in ran.err
+
+
+def test_percentiles_and_throughput_from_samples() -> None:
+    recorder = Recorder()
+    recorder.start("op", 100.0)
+    for i in range(1, 1001):  # 1000 ops of 2 messages over 1 s, latency i µs
+        recorder.add("op", 100.0 + i / 1000, i / 1e6, 2)
+    figures = summarize("op", [recorder.series["op"]])
+    assert figures.operations == 1000 and figures.messages == 2000
+    assert figures.messages_per_s == pytest.approx(2000)
+    assert figures.percentiles_ms["p50"] == pytest.approx(0.5, rel=0.01)
+    assert figures.percentiles_ms["p99"] == pytest.approx(0.99, rel=0.01)
+    assert figures.percentiles_ms["max"] == pytest.approx(1.0)
+    assert sum(figures.timeline["msg_s"]) > 0
+
+
+def test_profile_function_totals(tmp_path: Path) -> None:
+    raw = tmp_path / "profile.txt"
+    raw.write_text("main (a.py:1);handle (b.py:5);send (c.py:9) 30\n"
+                   "main (a.py:1);handle (b.py:6) 10\n"
+                   "main (a.py:2);receive (c.py:20) 60\n")
+    total, rows = top_functions(raw)
+    assert total == 100
+    by_name = {name: (own, inclusive) for name, own, inclusive in rows}
+    assert by_name["main (a.py)"] == (0, 100)
+    assert by_name["handle (b.py)"] == (10, 40)
+    assert by_name["receive (c.py)"] == (60, 60)
+
+
+def test_profile_areas(tmp_path: Path) -> None:
+    raw = tmp_path / "server.txt"
+    raw.write_text(
+        "run (trio/_core/_run.py:1);Server._commit_group (lamina/server/server.py:2);"
+        "EngineCore._write_pending (lamina/engine/core.py:3);Store.flush (lamina/engine/"
+        "store.py:4) 3\n"
+        "run (trio/_core/_run.py:1);Connection._reader (lamina/server/connection.py:5);"
+        "ServerConnection.receive_data (lamina/server/protocol.py:6) 1\n"
+        "run (trio/_core/_run.py:1) 1\n")
+    total, areas = by_area(raw)
+    assert total == 5
+    assert areas == [("engine: db.write (Store.flush)", 3),
+                     ("server: parse requests (framing, CBOR decode)", 1),
+                     ("trio: scheduler, cancel scopes, epoll", 1)]
+
+
+def test_missing_hdrhistogram_is_a_clear_error(lamina: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    monkeypatch.setitem(sys.modules, "hdrh", None)
+    monkeypatch.setitem(sys.modules, "hdrh.histogram", None)
+    ran = lamina(None, "bench", "w1")
+    assert ran.code == 1 and "pip install" in ran.err and "hdrhistogram" in ran.err
+
+
+def test_json_report_is_one_document(tmp_path: Path) -> None:
+    from lamina.bench.report import print_json
+    from lamina.bench.workloads import Figure, WorkloadResult
+    result = WorkloadResult("w1", "W1", {"messages": 1}, False, [Figure("produce", 1.0, "msg/s",
+                                                                       100_000)])
+    out = tmp_path / "out.json"
+    with out.open("w") as stream:
+        print_json([result], stream)
+    doc = json.loads(out.read_text())
+    assert doc["results"][0]["figures"][0]["met"] is False

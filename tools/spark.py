@@ -1,0 +1,616 @@
+"""The ``lamina`` PySpark (4.x) data source: batch and streaming reads straight from a data
+directory's RocksDB, and writes through a server (DESIGN.md §6).
+
+    from lamina.tools.spark import register
+    register(spark)
+    df = (spark.read.format("lamina").option("path", "lamina-data").option("queue", "orders")
+          .load())
+    df.groupBy("priority").count().show()
+
+    (df.select("body", "attributes").write.format("lamina")
+       .option("server", "127.0.0.1:7766").option("queue", "copy").mode("append").save())
+
+Spark's Python workers must run the driver's interpreter: set ``PYSPARK_PYTHON`` (and
+``PYSPARK_DRIVER_PYTHON``) to ``sys.executable`` before the session starts.
+
+**Read options**: ``path`` (the data directory, required; executors must see it), ``queue``
+(omitted: every queue), ``since`` / ``until`` (production time, ms or ISO-8601: ``since <=
+enqueue_time < until``), ``tag`` (adds a ``state`` column: the message's state for that tag, as
+``lamina inspect dump --tag`` derives it, evaluated at planning time; null for a queue without
+that tag). Streaming adds ``startingOffsets`` (``earliest``, the default, or ``latest``),
+``maxMessagesPerTrigger`` and ``failOnDataLoss`` (default true).
+
+**Rows** are the messages the engine retains at planning time: from ``gone_seq`` (raised by
+retention as the engine's next operation would) to ``next_seq``; rows below it that wait for
+their segment to be reclaimed are not shown (``lamina inspect dump`` shows them). Columns
+(``SCHEMA``): ``queue``, ``seq``, ``id``, ``enqueue_time`` (UTC timestamp), ``priority``,
+``topic``, ``attributes`` (map<string,string>: text as is, bytes as standard base64, numbers and
+booleans as JSON text), ``body`` (text bodies as their UTF-8 bytes), ``md5``, ``segment`` (the
+first seq of the message's segment).
+
+**Partitions**: one per segment, its seq range fixed at planning and cut to the time options and
+to pushed-down filters; each partition is read on an executor straight from RocksDB through that
+process's own read-only instance (``Snapshot``: opened once and reopened only when it cannot
+see the whole planned range; DESIGN.md §6 says "secondary", tools/snapshot.py says why not), so
+reads run beside a live server and never see past the planned range. A partition always
+returns every seq of its range (seqs are dense): a segment reclaimed between planning and
+reading fails the task loudly (``SegmentGone``) instead of returning fewer rows.
+
+**Filter pushdown** (Spark >= 4.1, ``spark.sql.python.filterPushdown.enabled``): comparisons on
+``enqueue_time``, ``seq`` and ``segment`` and equality / IN on ``queue`` are applied exactly by
+the source (time ranges become seq ranges through the time index), so they prune partitions.
+``register`` turns pushdown on unless told not to; with it off the source plans without it.
+
+**Streaming**: offsets are ``{queue: {"id": queue id, "seq": next seq}}``; ``latestOffset``
+catches up with the directory (a running server's), and each micro-batch reads only the seqs
+between two offsets, one partition per segment they touch.
+
+**Writes**: ``server`` (``host:port``, required), ``queue`` (required), optional ``key`` /
+``secret`` (authentication), ``tls`` (``true``), ``batchSize`` (default 500 messages). Columns:
+``body`` (binary or string, required), optional ``attributes`` (map), ``priority`` (int),
+``topic`` (string), ``delay`` (seconds). Each partition sends its rows in batches through
+``lamina.server.client.Client``; a refused message fails the task. A retried task sends its
+partition again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from lamina.engine import keys
+
+from .snapshot import Snapshot
+from .timefmt import parse_time_ms
+
+__all__ = ["LaminaDataSource", "SCHEMA", "SegmentGone", "register"]
+
+SCHEMA = StructType([
+    StructField("queue", StringType()),
+    StructField("seq", LongType()),
+    StructField("id", StringType()),
+    StructField("enqueue_time", TimestampType()),
+    StructField("priority", IntegerType()),
+    StructField("topic", StringType()),
+    StructField("attributes", MapType(StringType(), StringType())),
+    StructField("body", BinaryType()),
+    StructField("md5", BinaryType()),
+    StructField("segment", LongType()),
+])
+STATE_FIELD = StructField("state", StringType())
+#: Rows and bytes per Arrow record batch a partition yields (at most).
+BATCH_ROWS = 16384
+BATCH_BYTES = 64 << 20
+_NO_SEQ = 1 << 63  # above every seq
+
+
+class SegmentGone(RuntimeError):
+    """A planned segment was reclaimed (retention, or consumption with no rewind window)
+    before an executor read it: the scan would silently miss rows, so it fails instead."""
+
+
+# -- options ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _ReadOptions:
+    path: str
+    queue: str | None
+    since_ms: int | None
+    until_ms: int | None
+    tag: str | None
+
+    @classmethod
+    def parse(cls, options: Any) -> _ReadOptions:
+        path = options.get("path")
+        if not path:
+            raise ValueError('the lamina source needs .option("path", DATA_DIR)')
+        since, until = options.get("since"), options.get("until")
+        return cls(
+            path=os.path.abspath(path), queue=options.get("queue") or None,
+            since_ms=parse_time_ms(since) if since not in (None, "") else None,
+            until_ms=parse_time_ms(until) if until not in (None, "") else None,
+            tag=options.get("tag") or None,
+        )
+
+
+def schema_for(tag: str | None) -> StructType:
+    return StructType([*SCHEMA.fields, STATE_FIELD]) if tag else SCHEMA
+
+
+# -- partitions ------------------------------------------------------------------------------
+
+class LaminaPartition(InputPartition):
+    """One segment's seqs ``[first_seq, end_seq)`` of one queue, as planned."""
+
+    def __init__(self, queue_id: int, queue: str, segment: int, first_seq: int, end_seq: int,
+                 lanes: list[int], tag: str | None = None, now_ms: int = 0,
+                 must_exist: bool = True):
+        super().__init__(segment)
+        self.queue_id = queue_id
+        self.queue = queue
+        self.segment = segment
+        self.first_seq = first_seq
+        self.end_seq = end_seq
+        self.lanes = lanes
+        self.tag = tag
+        self.now_ms = now_ms
+        self.must_exist = must_exist
+
+    def __repr__(self) -> str:
+        return (f"LaminaPartition({self.queue!r}, segment {self.segment}, seqs "
+                f"{self.first_seq}..{self.end_seq - 1})")
+
+
+@dataclass
+class _Bounds:
+    """What pushed-down filters and options leave of a scan (all exact)."""
+
+    queues: frozenset[str] | None = None
+    first_seq: int = 0
+    end_seq: int = _NO_SEQ
+    since_ms: int | None = None
+    until_ms: int | None = None
+    first_segment: int = 0
+    end_segment: int = _NO_SEQ
+
+    def time(self, since_ms: int | None, until_ms: int | None) -> None:
+        if since_ms is not None:
+            self.since_ms = since_ms if self.since_ms is None else max(self.since_ms, since_ms)
+        if until_ms is not None:
+            self.until_ms = until_ms if self.until_ms is None else min(self.until_ms, until_ms)
+
+
+def plan(snapshot: Snapshot, options: _ReadOptions, bounds: _Bounds,
+         now_ms: int | None = None) -> list[LaminaPartition]:
+    """One partition per retained segment, cut to the options and bounds."""
+    now = snapshot.now() if now_ms is None else now_ms
+    bounds.time(options.since_ms, options.until_ms)
+    queues = [snapshot.queue(options.queue)] if options.queue else snapshot.queues()
+    partitions: list[LaminaPartition] = []
+    for q in queues:
+        if bounds.queues is not None and q.name not in bounds.queues:
+            continue
+        first = max(snapshot.retained_from(q, now), bounds.first_seq)
+        end = min(q.next_seq, bounds.end_seq)
+        if bounds.since_ms is not None:
+            first = max(first, snapshot.first_seq_at(q, bounds.since_ms))
+        if bounds.until_ms is not None:
+            end = min(end, snapshot.first_seq_at(q, bounds.until_ms))
+        partitions.extend(_segment_partitions(q, first, end, options.tag, now, bounds))
+    return partitions
+
+
+def _segment_partitions(q: Any, first: int, end: int, tag: str | None, now: int,
+                        bounds: _Bounds | None = None,
+                        must_exist: bool = True) -> Iterator[LaminaPartition]:
+    for segment in q.segments:
+        if bounds is not None and not bounds.first_segment <= segment.first_seq \
+                < bounds.end_segment:
+            continue
+        low, high = max(first, segment.first_seq), min(end, segment.last_seq + 1)
+        if low < high:
+            lanes = [lane for lane in q.lanes_used if q.lane_tail[lane] >= low]
+            yield LaminaPartition(q.id, q.name, segment.first_seq, low, high, lanes, tag, now,
+                                  must_exist)
+
+
+# -- reading on an executor ------------------------------------------------------------------
+
+_SNAPSHOTS: dict[str, Snapshot] = {}
+
+
+def executor_snapshot(path: str) -> Snapshot:
+    """This process's read-only view of ``path`` (opened once, refreshed on demand)."""
+    snapshot = _SNAPSHOTS.get(path)
+    if snapshot is None:
+        snapshot = _SNAPSHOTS[path] = Snapshot(path)
+        if len(_SNAPSHOTS) == 1:
+            atexit.register(_close_snapshots)
+    return snapshot
+
+
+def _close_snapshots() -> None:
+    while _SNAPSHOTS:
+        _SNAPSHOTS.popitem()[1].close()
+
+
+def _partition_rows(snapshot: Snapshot, partition: LaminaPartition) -> list[tuple[bytes, bytes]]:
+    rows: list[tuple[bytes, bytes]] = []
+    for lane in partition.lanes:
+        rows.extend(snapshot.collect_lane(partition.queue_id, lane, partition.first_seq,
+                                          partition.end_seq))
+    return rows
+
+
+def read_partition(path: str, partition: LaminaPartition, schema: StructType) -> Iterator[Any]:
+    """The partition's rows as Arrow record batches of exactly ``schema``'s types.
+
+    Seqs are dense, so the planned range holds exactly ``end_seq - first_seq`` rows while its
+    segment exists: a view that shows fewer is older than the plan and is refreshed; if the
+    segment is gone then, the task fails (``SegmentGone``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from .arrowbatch import log_seqs, record_batch
+
+    snapshot = executor_snapshot(path)
+    expected = partition.end_seq - partition.first_seq
+    rows = _partition_rows(snapshot, partition)
+    if len(rows) != expected:
+        snapshot.refresh()
+        if partition.must_exist and not snapshot.segment_exists(partition.queue_id,
+                                                                partition.segment):
+            raise SegmentGone(
+                f"segment {partition.segment} of queue {partition.queue!r} in {path} was "
+                f"reclaimed after the scan was planned (seqs {partition.first_seq}.."
+                f"{partition.end_seq - 1}); re-run the query")
+        rows = _partition_rows(snapshot, partition)
+        if len(rows) != expected and partition.must_exist:
+            raise SegmentGone(
+                f"queue {partition.queue!r} in {path}: seqs {partition.first_seq}.."
+                f"{partition.end_seq - 1} hold {len(rows)} messages, not {expected} (the "
+                "directory changed under the scan, or is damaged: `lamina inspect verify`)")
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    with_state = "state" in schema.names
+    states = _tag_states(snapshot, partition) if with_state else None
+    if len(partition.lanes) > 1:  # production order: the lanes merged by seq
+        rows.sort(key=lambda row: keys.log_seq(row[0]))
+    start = 0
+    while start < len(rows):
+        stop, size = start, 0
+        while stop < len(rows) and stop - start < BATCH_ROWS and size < BATCH_BYTES:
+            size += len(rows[stop][1])
+            stop += 1
+        chunk = rows[start:stop]
+        values = [value for _, value in chunk]
+        seqs = log_seqs([key for key, _ in chunk])
+        chunk_states = None
+        if with_state:
+            chunk_states = [None] * len(values) if states is None else [
+                states.state(seq, value)[0] for seq, value in zip(seqs.tolist(), values)]
+        yield record_batch(arrow_schema, partition.queue, partition.segment, seqs, values,
+                           chunk_states)
+        start = stop
+
+
+def _tag_states(snapshot: Snapshot, partition: LaminaPartition) -> Any:
+    from .tagstate import TagStates
+    if partition.tag is None:
+        return None
+    q = snapshot.queue_by_id(partition.queue_id)
+    if q is None:
+        return None
+    t = q.tag_named(partition.tag)
+    return None if t is None else TagStates(snapshot, q, t, partition.now_ms)
+
+
+# -- batch reader -------------------------------------------------------------------------------
+
+class LaminaReader(DataSourceReader):
+    """Plans one partition per segment on the driver; reads them on executors."""
+
+    def __init__(self, options: _ReadOptions, schema: StructType):
+        self.options = options
+        self.schema = schema
+        self.bounds = _Bounds()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with Snapshot(self.options.path) as snapshot:
+            partitions = plan(snapshot, self.options, self.bounds)
+        # Spark runs one empty partition when given none; an impossible range reads nothing.
+        return partitions or [LaminaPartition(0, "", 0, 0, 0, [], must_exist=False)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, LaminaPartition)
+        if partition.first_seq >= partition.end_seq:
+            return iter(())
+        return read_partition(self.options.path, partition, self.schema)
+
+
+class LaminaPushdownReader(LaminaReader):
+    """``LaminaReader`` with filter pushdown (see the module docstring)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        for item in filters:
+            if not _push(item, self.bounds):
+                yield item
+
+
+def _push(item: Any, bounds: _Bounds) -> bool:
+    """Fold one filter into ``bounds`` if the source can apply it exactly."""
+    from pyspark.sql import datasource as ds
+    column = getattr(item, "attribute", None)
+    value = getattr(item, "value", None)
+    if column == ("queue",):
+        if isinstance(item, ds.EqualTo) and isinstance(value, str):
+            names = frozenset((value,))
+        elif isinstance(item, ds.In) and all(isinstance(v, str) for v in value):
+            names = frozenset(value)
+        else:
+            return False
+        bounds.queues = names if bounds.queues is None else bounds.queues & names
+        return True
+    if column == ("enqueue_time",) and isinstance(value, datetime):
+        span = _compare_span(item, _micros(value), scale=1000)
+        if span is None:
+            return False
+        bounds.time(*span)
+        return True
+    if column in (("seq",), ("segment",)) and type(value) is int:
+        span = _compare_span(item, value, scale=1)
+        if span is None:
+            return False
+        low, high = span
+        if column == ("seq",):
+            bounds.first_seq = max(bounds.first_seq, low if low is not None else 0)
+            bounds.end_seq = min(bounds.end_seq, high if high is not None else _NO_SEQ)
+        else:
+            bounds.first_segment = max(bounds.first_segment, low if low is not None else 0)
+            bounds.end_segment = min(bounds.end_segment,
+                                     high if high is not None else _NO_SEQ)
+        return True
+    return False
+
+
+def _compare_span(item: Any, value: int, scale: int) -> tuple[int | None, int | None] | None:
+    """``column OP value`` as an integer range ``[low, high)`` of the column's unit, where the
+    filter's value is in units ``scale`` times finer (µs against ms: 1000)."""
+    from pyspark.sql import datasource as ds
+    floor, ceil = value // scale, -(-value // scale)
+    if isinstance(item, ds.GreaterThan):
+        return floor + 1, None
+    if isinstance(item, ds.GreaterThanOrEqual):
+        return ceil, None
+    if isinstance(item, ds.LessThan):
+        return None, ceil
+    if isinstance(item, ds.LessThanOrEqual):
+        return None, floor + 1
+    if isinstance(item, ds.EqualTo):
+        return (floor, floor + 1) if value % scale == 0 else (0, 0)
+    return None
+
+
+def _micros(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+# -- streaming ----------------------------------------------------------------------------------
+
+class LaminaStreamReader(DataSourceStreamReader):
+    """Offsets: ``{queue name: {"id": queue id, "seq": next seq}}`` (module docstring)."""
+
+    def __init__(self, options: Any, schema: StructType):
+        self.options = _ReadOptions.parse(options)
+        if self.options.since_ms is not None or self.options.until_ms is not None:
+            raise ValueError("since/until apply to batch reads; a stream starts from "
+                             "startingOffsets")
+        self.schema = schema
+        self.starting = str(options.get("startingOffsets", "earliest")).lower()
+        if self.starting not in ("earliest", "latest"):
+            raise ValueError('startingOffsets is "earliest" or "latest"')
+        limit = options.get("maxMessagesPerTrigger")
+        self.max_per_trigger = int(limit) if limit else None
+        self.fail_on_data_loss = str(options.get("failOnDataLoss", "true")).lower() != "false"
+        self._snapshot: Snapshot | None = None
+
+    def _view(self) -> Snapshot:
+        if self._snapshot is None:
+            self._snapshot = Snapshot(self.options.path)
+        else:
+            self._snapshot.refresh()
+        return self._snapshot
+
+    def _queues(self, snapshot: Snapshot) -> list[Any]:
+        return [snapshot.queue(self.options.queue)] if self.options.queue else \
+            snapshot.queues()
+
+    def initialOffset(self) -> dict:
+        snapshot = self._view()
+        now = snapshot.now()
+        return {q.name: {"id": q.id, "seq": q.next_seq if self.starting == "latest"
+                         else snapshot.retained_from(q, now)}
+                for q in self._queues(snapshot)}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        snapshot = self._view()
+        budget = self.max_per_trigger
+        if limit is not None and type(limit).__name__ == "ReadMaxRows":
+            budget = limit.max_rows
+        elif limit is not None and type(limit).__name__ == "ReadAllAvailable":
+            budget = None
+        latest: dict[str, Any] = {}
+        for q in self._queues(snapshot):
+            begin = self._start_seq(snapshot, q, (start or {}).get(q.name))
+            end = q.next_seq
+            if budget is not None:
+                end = min(end, begin + budget)
+                budget -= max(end - begin, 0)
+            latest[q.name] = {"id": q.id, "seq": max(end, begin)}
+        return latest
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        return ReadAllAvailable()
+
+    def _start_seq(self, snapshot: Snapshot, q: Any, offset: dict | None) -> int:
+        if offset is None or offset.get("id") != q.id:  # a new (or re-created) queue
+            return snapshot.retained_from(q, snapshot.now()) if self.starting == "earliest" \
+                else q.next_seq
+        return int(offset["seq"])
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        snapshot = self._view()
+        now = snapshot.now()
+        partitions: list[InputPartition] = []
+        for name, position in end.items():
+            q = snapshot.queue_by_id(position["id"])
+            if q is None:
+                continue
+            first = self._start_seq(snapshot, q, start.get(name))
+            retained = snapshot.retained_from(q, now)
+            if first < retained:
+                if self.fail_on_data_loss and q.segments and first < q.segments[0].first_seq:
+                    raise SegmentGone(
+                        f"queue {name!r}: seqs {first}..{q.segments[0].first_seq - 1} were "
+                        "reclaimed before this stream read them (failOnDataLoss=false skips)")
+                first = retained
+            partitions.extend(_segment_partitions(q, first, int(position["seq"]),
+                                                  self.options.tag, now,
+                                                  must_exist=self.fail_on_data_loss))
+        return partitions
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, LaminaPartition)
+        return read_partition(self.options.path, partition, self.schema)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._snapshot is not None:
+            self._snapshot.close()
+            self._snapshot = None
+
+
+# -- writer -----------------------------------------------------------------------------------
+
+@dataclass
+class LaminaCommit(WriterCommitMessage):
+    sent: int
+
+
+class LaminaWriter(DataSourceWriter):
+    """Sends each partition's rows through ``lamina.server.client.Client``."""
+
+    def __init__(self, options: Any, schema: StructType):
+        server = options.get("server")
+        queue = options.get("queue")
+        if not server or not queue:
+            raise ValueError('writing to lamina needs .option("server", "host:port") and '
+                             '.option("queue", name)')
+        host, _, port = server.rpartition(":")
+        self.host, self.port = host.strip("[]") or "127.0.0.1", int(port)
+        self.queue = queue
+        self.key, self.secret = options.get("key"), options.get("secret")
+        self.tls = str(options.get("tls", "false")).lower() == "true"
+        self.batch_size = max(1, min(int(options.get("batchSize", 500)), 1000))
+        names = set(schema.names)
+        if "body" not in names:
+            raise ValueError("writing to lamina needs a body column")
+        self.columns = [name for name in ("attributes", "priority", "topic", "delay")
+                        if name in names]
+
+    def write(self, iterator: Iterator[Any]) -> LaminaCommit:
+        from lamina.server.client import Client, message
+        batch_bytes_limit = 1 << 20
+        sent = 0
+        with Client.connect(self.host, self.port, key=self.key, secret=self.secret,
+                            tls=self.tls) as client:
+            batch: list[Any] = []
+            size = 0
+
+            def flush() -> None:
+                nonlocal sent, size
+                results = client.send(self.queue, batch)
+                refused = [r for r in results if isinstance(r, Exception)]
+                if refused:
+                    raise RuntimeError(f"lamina refused {len(refused)} of {len(batch)} "
+                                       f"messages for {self.queue!r}: {refused[0]}")
+                sent += len(batch)
+                batch.clear()
+                size = 0
+
+            for row in iterator:
+                body = row["body"]
+                if isinstance(body, (bytearray, memoryview)):
+                    body = bytes(body)
+                extra = {name: row[name] for name in self.columns}
+                attributes = extra.get("attributes")
+                batch.append(message(body, attributes=dict(attributes) if attributes else None,
+                                     topic=extra.get("topic"), priority=extra.get("priority"),
+                                     delay=extra.get("delay")))
+                size += len(body) + 64
+                if len(batch) >= self.batch_size or size >= batch_bytes_limit:
+                    flush()
+            if batch:
+                flush()
+        return LaminaCommit(sent)
+
+
+# -- the data source ----------------------------------------------------------------------------
+
+class LaminaDataSource(DataSource):
+    """Format ``"lamina"``: see the module docstring. This class plans without filter
+    pushdown; ``register`` picks ``LaminaPushdownDataSource`` when pushdown is on."""
+
+    reader_class: type[LaminaReader] = LaminaReader
+
+    @classmethod
+    def name(cls) -> str:
+        return "lamina"
+
+    def schema(self) -> StructType:
+        return schema_for(self.options.get("tag"))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return self.reader_class(_ReadOptions.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LaminaStreamReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ValueError("lamina appends messages: use mode('append')")
+        return LaminaWriter(self.options, schema)
+
+
+class LaminaPushdownDataSource(LaminaDataSource):
+    reader_class = LaminaPushdownReader
+
+
+_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def register(spark: Any, *, filter_pushdown: bool | None = True) -> type[LaminaDataSource]:
+    """Register format ``"lamina"`` on ``spark``. ``filter_pushdown``: True turns the
+    session's Python filter pushdown on (``spark.sql.python.filterPushdown.enabled``, Spark >=
+    4.1) and pushes filters; None follows the session's setting; False never pushes. Spark
+    refuses a reader with ``pushFilters`` while the setting is off, hence two classes."""
+    if filter_pushdown and _supports_pushdown():
+        spark.conf.set(_PUSHDOWN_CONF, "true")
+    enabled = False
+    if filter_pushdown is not False and _supports_pushdown():
+        enabled = str(spark.conf.get(_PUSHDOWN_CONF, "false")).lower() == "true"
+    source = LaminaPushdownDataSource if enabled else LaminaDataSource
+    spark.dataSource.register(source)
+    return source
+
+
+def _supports_pushdown() -> bool:
+    return hasattr(DataSourceReader, "pushFilters")
