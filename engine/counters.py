@@ -49,7 +49,7 @@ class CounterOps(EngineCore):
                 for old in [k for k in rows if k[2] < day]:
                     del rows[old]
             rows[row_key] = row
-            if stored is None:  # a new day for this row: forget the one past the window
+            if stored is None and day >= KEEP_DAYS:  # a new day: forget the one past the window
                 self._store.delete(self._store.meta_h,
                                    keys.day_key(queue, tag, day - KEEP_DAYS))
         row[field] += amount

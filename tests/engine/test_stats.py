@@ -312,3 +312,11 @@ def test_dlq_tag_with_a_filter_counts_the_dead_letters_it_receives(engine, clock
     assert [d.body for d in engine.receive("dlq", tag="from-a", max=10)] == [b"x"]
     assert engine.stats("dlq", tag="from-a")[0]["sent"] == 1
     assert engine.stats("dlq", tag="default")[0]["sent"] == 2
+
+
+def test_counters_work_with_a_clock_near_the_epoch(tmp_path):
+    from lamina.engine import Engine, FakeClock
+    with Engine.open(tmp_path / "early", clock=FakeClock(5 * 86_400_000)) as engine:
+        engine.create_queue("q")
+        assert not isinstance(engine.send("q", [b"x"])[0], Exception)
+        assert engine.stats("q")[0]["sent"] == 1
