@@ -27,6 +27,7 @@ over one connection; answers are matched by id. Neither reconnects on its own.
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import threading
@@ -53,7 +54,11 @@ __all__ = ["AsyncClient", "AsyncLeaseKeeper", "Client", "DEFAULT_PORT", "Deliver
 
 T = TypeVar("T")
 DEFAULT_PORT = 7766
+#: Bytes asked of the socket per read. A read into a fresh buffer this large would cost an
+#: mmap and munmap each time (glibc maps allocations over 128 KiB): the blocking client reads
+#: into one buffer of its own and copies out what came; the trio client asks for 64 KiB.
 _RECEIVE_BYTES = 256 * 1024
+_ASYNC_RECEIVE_BYTES = 64 * 1024
 
 
 class LaminaConnectionError(LaminaError, ConnectionError):
@@ -138,8 +143,11 @@ class Client(Operations):
         self._proto = ClientConnection(max_frame_bytes=max_frame_bytes)
         self._answers = _Answers()
         self._send_lock = threading.Lock()
-        self._state = threading.Condition()  # guards _proto, _answers and _reading
-        self._reading = False
+        self._state = threading.Condition()  # guards _proto, _answers, _reading, _sleepers
+        self._receive_buffer = bytearray(_RECEIVE_BYTES)  # only the reading thread uses it
+        self._receive_view = memoryview(self._receive_buffer)
+        self._reading = False  # a thread is reading the socket for everyone
+        self._sleepers = 0  # threads waiting on _state for their answer or their turn
         self._closed = False
 
     @classmethod
@@ -218,35 +226,61 @@ class Client(Operations):
         return _raise_for(self._wait_for(request_id), decode)
 
     def _wait_for(self, request_id: int) -> Response:
-        """Leader/follower: one waiting thread reads at a time; the others sleep."""
+        """Leader/follower: one waiting thread reads at a time and hands the others their
+        answers; the others sleep. A lone thread takes one lock per read."""
         answers = self._answers
-        while True:
-            with self._state:
-                while True:
-                    response = answers.responses.pop(request_id, None)
-                    if response is not None:
-                        return response
-                    if answers.failure is not None:
-                        raise answers.failure
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    self._state.wait()
-            try:
-                self._read_once()
-            finally:
-                with self._state:
-                    self._reading = False
-                    self._state.notify_all()
-
-    def _read_once(self) -> None:
+        state = self._state
+        with state:
+            while True:
+                response = answers.responses.pop(request_id, None)
+                if response is not None:
+                    return response
+                if answers.failure is not None:
+                    raise answers.failure
+                if not self._reading:
+                    self._reading = True
+                    break
+                self._sleepers += 1
+                try:
+                    state.wait()
+                finally:
+                    self._sleepers -= 1
         try:
-            data = self._sock.recv(_RECEIVE_BYTES)
+            while True:
+                data = self._receive()
+                with state:
+                    if not data:
+                        raise answers.fail("the server closed the connection")
+                    answers.take(self._proto.receive_data(data))
+                    response = answers.responses.pop(request_id, None)
+                    if response is not None or answers.failure is not None:
+                        self._reading = False
+                        if self._sleepers:
+                            state.notify_all()
+                        if response is not None:
+                            return response
+                        raise answers.failure  # type: ignore[misc]
+                    if self._sleepers and answers.responses:
+                        state.notify_all()  # their answers came in
+        except BaseException:
+            with state:
+                self._reading = False
+                if self._sleepers:
+                    state.notify_all()
+            raise
+
+    def _receive(self) -> bytes:
+        try:
+            received = self._sock.recv_into(self._receive_buffer)
+            return self._receive_view[:received].tobytes()
         except socket.timeout:
             raise LaminaConnectionError("timed out waiting for the server") from None
         except OSError as exc:
             with self._state:
                 raise self._answers.fail(f"connection lost: {exc}") from None
+
+    def _read_once(self) -> None:
+        data = self._receive()
         with self._state:
             if not data:
                 raise self._answers.fail("the server closed the connection")
@@ -352,6 +386,10 @@ class AsyncClient(Operations):
         self._pending: dict[int, _Pending] = {}
         self._send_lock = trio.StrictFIFOLock()
         self._greeted = trio.Event()
+        #: Plain TCP: the socket's fd, read and written directly (no task switch per call)
+        #: until the connection fails or closes.
+        self._fd: int | None = (stream.socket.fileno() if isinstance(stream, trio.SocketStream)
+                                else None)
 
     @classmethod
     def connect(cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
@@ -387,13 +425,26 @@ class AsyncClient(Operations):
         request_id, frame = _encode(self._proto, op, args)
         pending = self._pending[request_id] = _Pending()
         try:
-            async with self._send_lock:
-                # A frame cut short by a cancellation would corrupt the stream for everyone.
-                with trio.CancelScope(shield=True):
+            fd = self._fd
+            if fd is not None and not self._send_lock.locked():
+                # Plain TCP and nobody sending: write at once, without a task switch. Only
+                # what the socket did not take is sent under the lock (taken before any
+                # checkpoint, so no other frame can come between the two parts).
+                try:
+                    sent = os.write(fd, frame)
+                except BlockingIOError:
+                    sent = 0
+                except OSError as exc:
+                    raise self._fail(f"connection lost: {exc}") from None
+                if sent < len(frame):
+                    self._send_lock.acquire_nowait()
                     try:
-                        await self._stream.send_all(frame)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                        raise self._fail(f"connection lost: {exc}") from None
+                        await self._send_shielded(frame[sent:])
+                    finally:
+                        self._send_lock.release()
+            else:
+                async with self._send_lock:
+                    await self._send_shielded(frame)
             await pending.event.wait()
         finally:
             self._pending.pop(request_id, None)
@@ -401,13 +452,35 @@ class AsyncClient(Operations):
             raise self._answers.failure or LaminaConnectionError("connection closed")
         return _raise_for(pending.response, decode)
 
+    async def _send_shielded(self, data: bytes) -> None:
+        # A frame cut short by a cancellation would corrupt the stream for everyone.
+        with trio.CancelScope(shield=True):
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise self._fail(f"connection lost: {exc}") from None
+
     async def _read_loop(self) -> None:
         answers = self._answers
+        drained = False  # plain TCP: the last read emptied the socket
         try:
             while answers.failure is None:
+                fd = self._fd
                 try:
-                    data = await self._stream.receive_some(_RECEIVE_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    if fd is None:
+                        data = await self._stream.receive_some(_ASYNC_RECEIVE_BYTES)
+                    else:
+                        if drained:
+                            await trio.lowlevel.wait_readable(fd)
+                        else:
+                            await trio.lowlevel.checkpoint()  # more may be waiting: be fair
+                        try:
+                            data = os.read(fd, _ASYNC_RECEIVE_BYTES)
+                        except BlockingIOError:
+                            drained = True
+                            continue
+                        drained = len(data) < _ASYNC_RECEIVE_BYTES
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     self._fail(f"connection lost: {exc}")
                     return
                 if not data:
@@ -432,6 +505,7 @@ class AsyncClient(Operations):
 
     def _fail(self, reason: str) -> LaminaConnectionError:
         failure = self._answers.fail(reason)
+        self._fd = None  # the socket closes soon after: its fd number may be reused
         self._greeted.set()
         for pending in self._pending.values():
             pending.event.set()

@@ -1,15 +1,20 @@
 """One accepted connection: its protocol state, its reader task and its writer task.
 
     socket ──reader──> ServerConnection ──Work──> server inbox ──> applier (engine, group commit)
+                                            └──> applied in place while the applier idles ──┐
     socket <──writer── bounded channel of frames <──── answer() <──────┘   (and waiter timeouts)
        ^────── written at once by answer() while the writer is idle (plain TCP) ──┘
+
+On plain TCP the reader reads the socket's fd itself and the answers of a small request are
+written before the reader waits again: one task step per request (see ``_read_socket``).
 
 Rules of a connection (each one lives in this file):
 
 1. The greeting is sent first; the reader never parses anything before it is queued.
-2. Requests go to the server's one applier in the order they were read, so they take effect in
-   arrival order. Only ``auth`` before authentication, ``RejectedRequest`` errors and waiting
-   receives that time out are answered here; none of them touches the engine.
+2. Requests go to the server's applier in the order they were read, so they take effect in
+   arrival order (``Server.apply_now`` may apply them in the reader's task: server.py rule 6).
+   Only ``auth`` before authentication, ``RejectedRequest`` errors and waiting receives that
+   time out are answered here; none of them touches the engine.
 3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
    unanswered, while more than ``4 x max_frame`` response bytes are unsent, and (pre-auth)
    while a request is unanswered. The frame channel is bounded above what those rules let in,
@@ -37,7 +42,7 @@ import trio
 
 from lamina.engine.errors import InternalError, InvalidArgument, LaminaError, Unauthorized
 
-from .dispatch import Answer, MapAnswer, PeekAnswer, ReceiveAnswer, check_request
+from .dispatch import Answer, MapAnswer, PeekAnswer, ReceiveAnswer, SendAnswer, check_request
 from .protocol import (
     LocalProtocolError,
     RejectedRequest,
@@ -104,6 +109,7 @@ class Connection:
         self._resume: trio.Event | None = None
         self._all_answered: trio.Event | None = None
         self._read_scope: trio.CancelScope | None = None
+        self._last_read = 0.0  # trio clock, plain TCP only (rule 5)
         self._authenticated = trio.Event()
         self._auth_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
@@ -124,6 +130,9 @@ class Connection:
             # nothing may be written through the raw fd any more (see _queue_frame).
             self._socket_fd = None
             self.dead = True
+            for waiter in self.waiters:  # waiters rule 4 (a connection torn down mid-wait)
+                self.server.waiting.remove(waiter)
+            self.waiters.clear()
 
     async def _run(self, inbox: trio.MemorySendChannel[Any]) -> None:
         config = self.server.config
@@ -184,14 +193,25 @@ class Connection:
         return (self.proto.outstanding_count < self.server.config.max_inflight
                 and self.unsent_bytes <= self.max_unsent_bytes)
 
+    async def _wait_until_may_read(self) -> None:
+        """Rule 3: park while this connection is over its limits (shutdown wakes it too)."""
+        while not self._may_read() and not self._stop_reading:
+            self._resume = trio.Event()
+            await self._resume.wait()
+        self._resume = None
+
     async def _reader(self, inbox: trio.MemorySendChannel[Any]) -> None:
+        if self._socket_fd is not None:
+            await self._read_socket(inbox)
+        else:
+            await self._read_stream(inbox)
+
+    async def _read_stream(self, inbox: trio.MemorySendChannel[Any]) -> None:
+        """Any stream (TLS): one ``receive_some`` per read, each under the idle deadline."""
         idle_s = self.server.config.idle_timeout_s
         proto = self.proto
         while not (self._stop_reading or self._closing):
-            while not self._may_read() and not self._stop_reading:
-                self._resume = trio.Event()
-                await self._resume.wait()
-            self._resume = None
+            await self._wait_until_may_read()
             if self._stop_reading:
                 return
             with trio.CancelScope(deadline=trio.current_time() + idle_s) as scope:
@@ -207,26 +227,110 @@ class Connection:
                 if self._stop_reading:
                     return
                 if proto.outstanding_count == 0:
-                    log.info("idle connection closed", extra={"event": "idle_timeout",
-                                                               "peer": self.peer})
+                    self._log_idle()
                     return
                 continue
             if not data:
                 return
             await self._handle(proto.receive_data(data), inbox, len(data))
             if proto.protocol_error is not None:
-                log.info("protocol error: %s", proto.protocol_error.message,
-                         extra={"event": "protocol_error", "peer": self.peer})
+                self._log_protocol_error()
                 return
 
-    async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],
-                      nbytes: int) -> None:
-        requests: list[Request] = []
-        while True:
-            was_pre_auth = self.proto.pre_auth
+    async def _read_socket(self, inbox: trio.MemorySendChannel[Any]) -> None:
+        """Plain TCP: read the socket's fd directly (``_socket_reads``).
+
+        A cancel scope costs more than a small request, so one scope spans many reads: its
+        deadline is the idle deadline as of its creation (rule 5). When it passes although bytes
+        came meanwhile, or while something is unanswered, a new scope takes over. Inside it
+        only the wait for bytes may be cancelled (by that deadline or by ``stop_reading``);
+        everything done with bytes already read is shielded.
+        """
+        idle_s = self.server.config.idle_timeout_s
+        self._last_read = trio.current_time()
+        while not (self._stop_reading or self._closing):
+            now = trio.current_time()
+            deadline = self._last_read + idle_s
+            with trio.CancelScope(deadline=deadline if deadline > now else now + idle_s
+                                  ) as scope:
+                self._read_scope = scope
+                if self._stop_reading:
+                    scope.cancel()
+                await self._socket_reads(inbox)
+            self._read_scope = None
+            if not scope.cancelled_caught or self._stop_reading:
+                return  # EOF, a protocol error, a failed auth, or shutdown
+            if (trio.current_time() - self._last_read >= idle_s
+                    and self.proto.outstanding_count == 0):
+                self._log_idle()
+                return
+
+    async def _socket_reads(self, inbox: trio.MemorySendChannel[Any]) -> None:
+        """Read and handle until EOF, a protocol error, a failed auth or shutdown; the caller's
+        scope may cancel the wait for bytes (see ``_read_socket``)."""
+        fd = self._socket_fd
+        assert fd is not None
+        proto = self.proto
+        read = os.read
+        wait_readable = trio.lowlevel.wait_readable
+        drained = False  # the last read emptied the socket: wait before reading again
+        while not (self._stop_reading or self._closing):
+            if not self._may_read():
+                with trio.CancelScope(shield=True):
+                    await self._wait_until_may_read()
+                if self._stop_reading:
+                    return
+            if drained:
+                await wait_readable(fd)
+            try:
+                data = read(fd, RECEIVE_CHUNK_BYTES)
+            except BlockingIOError:
+                drained = True
+                continue
+            except OSError:  # reset by the peer: the same as EOF here
+                data = b""
+            if not data:
+                return
+            self._last_read = trio.current_time()
+            drained = len(data) < RECEIVE_CHUNK_BYTES
+            await self._handle(proto.receive_data(data), inbox, len(data))
+            if proto.protocol_error is not None:
+                self._log_protocol_error()
+                return
+            if not drained:
+                await trio.lowlevel.checkpoint()  # more bytes are waiting: let others run
+
+    def _log_idle(self) -> None:
+        log.info("idle connection closed", extra={"event": "idle_timeout", "peer": self.peer})
+
+    def _log_protocol_error(self) -> None:
+        assert self.proto.protocol_error is not None
+        log.info("protocol error: %s", self.proto.protocol_error.message,
+                 extra={"event": "protocol_error", "peer": self.peer})
+
+    def _requests_of(self, events: list[Any]) -> list[Request]:
+        """The requests among ``events`` that go to the engine; the others (pre-auth,
+        rejected) are answered here (rules 2, 4)."""
+        proto = self.proto
+        if not proto.pre_auth:
+            for event in events:
+                if type(event) is not Request:
+                    break
+            else:
+                return events  # the usual case: nothing to sort out
+            requests: list[Request] = []
             for event in events:
                 if type(event) is Request:
-                    if self.proto.pre_auth:
+                    requests.append(event)
+                elif type(event) is RejectedRequest:
+                    self.answer(event.id, event.error)
+            return requests
+        requests = []
+        while True:
+            was_pre_auth = proto.pre_auth
+            for event in events:
+                if type(event) is Request:
+                    if proto.pre_auth:
                         self._pre_auth_request(event)
                     else:
                         requests.append(event)
@@ -235,14 +339,36 @@ class Connection:
             # protocol.py rule 4: pre-auth, bytes after a request stay unparsed until it is
             # answered (done above); parse them now, under the limits now in force.
             if not (was_pre_auth and events) or self._closing \
-                    or self.proto.protocol_error is not None:
-                break
-            events = self.proto.receive_data(b"")
+                    or proto.protocol_error is not None:
+                return requests
+            events = proto.receive_data(b"")
+
+    async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],
+                      nbytes: int) -> None:
+        """Hand the requests of one read to the engine: in place when the server allows it
+        (``Server.apply_now``), else through the inbox. Waits are shielded: these requests
+        were read, so they are applied and answered even if reading is cancelled."""
+        requests = self._requests_of(events)
+        if not requests:
+            return
+        server = self.server
+        if len(requests) <= REQUEST_SLICE:
+            work = Work(self, requests, nbytes, time.perf_counter())
+            if not (server.apply_now(work) or server.try_enqueue(inbox, work)):
+                with trio.CancelScope(shield=True):
+                    await server.enqueue(inbox, work)
+            return
+        with trio.CancelScope(shield=True):
+            await self._handle_slices(requests, inbox, nbytes)
+
+    async def _handle_slices(self, requests: list[Request], inbox: trio.MemorySendChannel[Any],
+                             nbytes: int) -> None:
         # Rule 3: one read can hold many small requests with large answers (peeks, receives);
         # slices go to the applier only while this connection's unsent bytes are under the cap.
         # Their answers only exist once applied, so after a slice with such ops the next one
         # waits until it is applied and the answers are under the cap.
-        share = nbytes // max(len(requests), 1)
+        server = self.server
+        share = nbytes // len(requests)
         previous: Work | None = None
         for start in range(0, len(requests), REQUEST_SLICE):
             if previous is not None and previous.applied is not None:
@@ -253,7 +379,12 @@ class Connection:
             if start + REQUEST_SLICE < len(requests) and any(
                     request.op in LARGE_ANSWER_OPS for request in chunk):
                 previous.applied = trio.Event()
-            await inbox.send(previous)
+            if server.apply_now(previous):
+                # Applied in this task: let other connections in between slices, as they
+                # get in between slices sent to the inbox.
+                await trio.lowlevel.checkpoint()
+            elif not server.try_enqueue(inbox, previous):
+                await server.enqueue(inbox, previous)
 
     async def _wait_for_drain(self) -> None:
         while self.unsent_bytes > self.max_unsent_bytes and not (self.dead
@@ -297,28 +428,39 @@ class Connection:
 
     def answer(self, request_id: int, answer: Answer) -> None:
         """Encode and queue the answer to ``request_id`` (never blocks; rule 3)."""
+        frame = self.encode_answer(request_id, answer)
+        if frame is not None:
+            self.send_frames([frame])
+
+    def encode_answer(self, request_id: int, answer: Answer) -> bytes | None:
+        """The frame answering ``request_id`` (no longer outstanding once this returns); queue
+        it with :meth:`send_frames`. None if ``request_id`` is not awaiting an answer."""
         proto = self.proto
         try:
+            if type(answer) is MapAnswer:
+                return proto.respond(request_id, answer.result)
+            if type(answer) is SendAnswer:
+                return proto.respond_send(request_id, answer.results)
             if type(answer) is ReceiveAnswer:
-                frame = proto.respond_receive(request_id, answer.deliveries)
-            elif type(answer) is MapAnswer:
-                frame = proto.respond(request_id, answer.result)
-            elif type(answer) is PeekAnswer:
-                frame = proto.respond_peek(request_id, answer.entries, answer.next)
-            else:
-                frame = proto.respond_error(request_id, answer)  # type: ignore[arg-type]
+                return proto.respond_receive(request_id, answer.deliveries)
+            if type(answer) is PeekAnswer:
+                return proto.respond_peek(request_id, answer.entries, answer.next)
+            return proto.respond_error(request_id, answer)  # type: ignore[arg-type]
         except LocalProtocolError as exc:
             if "not awaiting" in str(exc):
                 log.error("answer to an unknown request: %s", exc)
-                return
+                return None
             log.error("cannot answer request %d: %s", request_id, exc)
-            frame = proto.respond_error(request_id, InternalError(str(exc)))
+            return proto.respond_error(request_id, InternalError(str(exc)))
         except Exception as exc:  # e.g. a result cbor2 cannot encode: a bug
             log.exception("cannot encode the answer to request %d", request_id)
-            frame = proto.respond_error(
+            return proto.respond_error(
                 request_id, InternalError(f"encoding the result failed: {exc}"))
-        self._queue_frame(frame)
-        if self._all_answered is not None and proto.outstanding_count == 0:
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        """Queue answer frames from :meth:`encode_answer`, in order, as one write."""
+        self._queue_frame(frames[0] if len(frames) == 1 else b"".join(frames))
+        if self._all_answered is not None and self.proto.outstanding_count == 0:
             self._all_answered.set()
         self._maybe_resume()
 
@@ -383,30 +525,18 @@ class Connection:
     # -- waiting receives ----------------------------------------------------------------------
 
     def start_wait(self, waiter: Waiter) -> bool:
-        """Run ``waiter``'s timeout in this connection's task tree; False if it is ending."""
+        """Count ``waiter`` as this connection's (its timeout is the server's, waiters rule
+        5); False if the connection is ending."""
         if self._nursery is None or self.reading_done or self.dead:
-            return False
-        try:
-            self._nursery.start_soon(self._wait, waiter)
-        except RuntimeError:  # the nursery is closing
             return False
         self.waiters.add(waiter)
         return True
 
-    async def _wait(self, waiter: Waiter) -> None:
-        try:
-            with trio.move_on_at(waiter.deadline):
-                await waiter.answered.wait()
-            self.end_wait(waiter)
-        finally:
-            self.server.waiting.remove(waiter)
-            self.waiters.discard(waiter)
-
     def end_wait(self, waiter: Waiter) -> None:
         """End a wait with ``[]`` unless the applier has claimed it (waiters rule 3)."""
+        self.waiters.discard(waiter)
         if not waiter.claimed and self.server.waiting.remove(waiter):
             waiter.claimed = True
             self.answer(waiter.request_id, ReceiveAnswer([]))
-            waiter.answered.set()
             self.server.metrics.observe("receive", "ok", time.perf_counter() - waiter.op_started)
 

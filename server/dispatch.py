@@ -26,7 +26,7 @@ from lamina.engine.errors import (
     LaminaError,
     UnknownOperation,
 )
-from lamina.engine.results import Grant, QueueInfo, Sent, TagInfo, VisibilityChanged
+from lamina.engine.results import Grant, QueueInfo, TagInfo, VisibilityChanged
 
 from .framing import (
     peek_entry_size,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from lamina.engine import Engine
 
 __all__ = ["Answer", "MAX_WAIT_S", "MapAnswer", "OPERATIONS", "Operation", "PeekAnswer",
-           "ReceiveAnswer", "apply_operation", "check_request", "receive_budget",
+           "ReceiveAnswer", "SendAnswer", "apply_operation", "check_request", "receive_budget",
            "receive_call", "wait_seconds"]
 
 log = logging.getLogger("lamina.server")
@@ -59,6 +59,14 @@ class MapAnswer:
 
 
 @dataclass(slots=True)
+class SendAnswer:
+    """A ``send`` result: per entry a ``Sent`` or the LaminaError that failed it (spliced:
+    ``framing.encode_send_response``)."""
+
+    results: list[Any]
+
+
+@dataclass(slots=True)
 class ReceiveAnswer:
     """A ``receive`` result: ``(record, receipt, count, first, next)`` tuples to splice."""
 
@@ -73,7 +81,7 @@ class PeekAnswer:
     next: Any
 
 
-Answer: TypeAlias = MapAnswer | ReceiveAnswer | PeekAnswer | LaminaError
+Answer: TypeAlias = MapAnswer | SendAnswer | ReceiveAnswer | PeekAnswer | LaminaError
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +104,6 @@ class Operation:
 
 def _error_or(value: Any, encode: Callable[[Any], Any]) -> Any:
     return value.to_wire() if isinstance(value, LaminaError) else encode(value)
-
-
-def _sent(entry: Sent) -> list[Any]:
-    return [entry.id, entry.enqueue_time, entry.md5]
 
 
 def _changed(entry: VisibilityChanged) -> list[Any]:
@@ -233,9 +237,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     _op("list_tags", "queue", "",
         _call("list_tags", lambda tags: MapAnswer(
             {"tags": [_tag_info(t, stats=True) for t in tags]}))),
-    _op("send", "queue messages", "",
-        _call("send", lambda results: MapAnswer(
-            {"results": [_error_or(r, _sent) for r in results]}))),
+    _op("send", "queue messages", "", _call("send", SendAnswer)),
     _op("receive", "queue", "tag max wait visibility_timeout", receive_call),
     _op("delete", "queue receipts", "tag", _call("delete", _per_entry)),
     _op("change_visibility", "queue entries", "tag",

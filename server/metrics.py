@@ -1,9 +1,12 @@
 """Prometheus metrics of one server (DESIGN.md §4), served on ``--metrics-port`` at /metrics.
 
-Each server has its own registry (several servers may share a process in tests). Hot-path
-updates (one per answered request) go through pre-resolved label children. Queue figures are
-refreshed every ``metrics_interval_s`` by the applier (the engine is not thread-safe), never by
-the scrape, which runs in prometheus-client's own thread and only reads.
+Each server has its own registry (several servers may share a process in tests). The
+per-request and per-group figures are plain Python counters (:class:`_Histogram`), updated on
+the trio thread for a fraction of a prometheus-client child's cost (that one takes a lock and
+checks its labels on every call), and turned into metric families only when /metrics is
+scraped (:class:`_HotCollector`). Queue figures are refreshed every ``metrics_interval_s`` by
+the applier (the engine is not thread-safe), never by the scrape, which runs in
+prometheus-client's own thread and only reads.
 
     lamina_requests_total{op, outcome}         answered requests; outcome "ok" or the error code
     lamina_request_seconds{op}                 read -> answer queued (a waiting receive included)
@@ -23,11 +26,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left
 from collections import Counter as Tally
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Iterator
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from .dispatch import OPERATIONS
 
@@ -46,25 +52,74 @@ _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _TAG_STATES = ("active", "inflight", "delayed", "parked")
 
 
+class _Histogram:
+    """A histogram as plain numbers: one bucket count per bound (value <= bound) plus +Inf,
+    and the sum. Only the trio thread writes; a scrape copies (see ``_HotCollector``)."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def family_samples(self) -> tuple[list[tuple[str, float]], float]:
+        """Cumulative ``(le, count)`` buckets and the sum, as prometheus expects them."""
+        counts, total = list(self.counts), self.total  # list() of ints: atomic under the GIL
+        buckets, running = [], 0
+        for bound, count in zip((*self.bounds, float("inf")), counts):
+            running += count
+            buckets.append((floatToGoString(bound), running))
+        return buckets, total
+
+
+class _HotCollector:
+    """Exposes the hot-path figures of :class:`ServerMetrics` at scrape time."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        requests = CounterMetricFamily("lamina_requests", "Requests answered, by op and outcome",
+                                       labels=["op", "outcome"])
+        for (op, outcome), count in list(metrics.request_counts.items()):
+            requests.add_metric([op, outcome], count)
+        yield requests
+        latency = HistogramMetricFamily("lamina_request_seconds",
+                                        "Time from reading a request to queuing its answer",
+                                        labels=["op"])
+        for op, histogram in list(metrics.latency.items()):
+            buckets, total = histogram.family_samples()
+            latency.add_metric([op], buckets, total)
+        yield latency
+        for name, documentation, histogram in (
+                ("lamina_group_commit_requests", "Requests applied per group commit",
+                 metrics.group_requests),
+                ("lamina_group_commit_seconds", "Apply and WAL sync time of one group commit",
+                 metrics.group_seconds)):
+            buckets, total = histogram.family_samples()
+            yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=total)
+
+
 class ServerMetrics:
     """The metric families of one server and the cheap calls that update them."""
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
-        self.requests = Counter("lamina_requests", "Requests answered, by op and outcome",
-                                ["op", "outcome"], registry=registry)
-        self.latency = Histogram("lamina_request_seconds",
-                                 "Time from reading a request to queuing its answer",
-                                 ["op"], buckets=_LATENCY_BUCKETS, registry=registry)
+        #: Answered requests by (op, outcome), and their latency by op (hot path).
+        self.request_counts: dict[tuple[str, str], int] = {}
+        self.latency: dict[str, _Histogram] = {}
+        self.group_requests = _Histogram(_GROUP_BUCKETS)
+        self.group_seconds = _Histogram(_LATENCY_BUCKETS)
+        registry.register(_HotCollector(self))  # type: ignore[arg-type]
         self.connections = Gauge("lamina_connections", "Open connections", registry=registry)
         self.accepted = Counter("lamina_connections_accepted", "Connections accepted",
                                 registry=registry)
-        self.group_requests = Histogram("lamina_group_commit_requests",
-                                        "Requests applied per group commit",
-                                        buckets=_GROUP_BUCKETS, registry=registry)
-        self.group_seconds = Histogram("lamina_group_commit_seconds",
-                                       "Apply and WAL sync time of one group commit",
-                                       buckets=_LATENCY_BUCKETS, registry=registry)
         self.wal_syncs = Counter("lamina_wal_syncs", "WAL syncs to stable storage",
                                  registry=registry)
         self.waiting = Gauge("lamina_waiting_receives", "Receives waiting for messages",
@@ -74,7 +129,6 @@ class ServerMetrics:
         self.tag_messages = Gauge("lamina_tag_messages",
                                   "Messages per state for each tag of the busiest queues",
                                   ["queue", "tag", "state"], registry=registry)
-        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
         #: Requests per queue (lower-cased), halved at each refresh: what "busiest" means.
         self.traffic: Tally[str] = Tally()
         self._http: tuple[WSGIServer, threading.Thread] | None = None
@@ -83,13 +137,29 @@ class ServerMetrics:
 
     def observe(self, op: str, outcome: str, seconds: float) -> None:
         """One answered request."""
-        children = self._children.get((op, outcome))
-        if children is None:
-            label = op if op in OPERATIONS else "unknown"
-            children = (self.requests.labels(label, outcome), self.latency.labels(label))
-            self._children[(op, outcome)] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        key = (op, outcome)
+        counts = self.request_counts
+        try:
+            counts[key] += 1
+            histogram = self.latency[op]
+        except KeyError:  # a new series (or a request of an unknown op)
+            if op not in OPERATIONS:
+                op = "unknown"  # a peer must not be able to create series at will
+                key = (op, outcome)
+            counts[key] = counts.get(key, 0) + 1
+            histogram = self.latency.get(op) or self.latency.setdefault(
+                op, _Histogram(_LATENCY_BUCKETS))
+        histogram.counts[bisect_left(histogram.bounds, seconds)] += 1
+        histogram.total += seconds
+
+    def observe_group(self, requests: int, seconds: float) -> None:
+        """One group commit: how many requests it applied, and how long it took."""
+        group = self.group_requests
+        group.counts[bisect_left(group.bounds, requests)] += 1
+        group.total += requests
+        group = self.group_seconds
+        group.counts[bisect_left(group.bounds, seconds)] += 1
+        group.total += seconds
 
     # -- queue figures (called by the applier, inside a group) --------------------------------
 

@@ -123,6 +123,11 @@ def _entry_error(value: Any) -> LaminaError | None:
 
 
 def _decode_delivery(item: Sequence[Any]) -> Delivery:
+    if type(item) is list and len(item) == 5:  # this version's shape: no padding to do
+        record = item[0]
+        message = (Message(*record) if type(record) is list and len(record) == 9
+                   else decode_message(record))
+        return Delivery(message, item[1], item[2], item[3], item[4])
     record, receipt, count, first, next_visible = (list(item) + [None] * 5)[:5]
     return Delivery(decode_message(record), receipt, count, first, next_visible)
 
@@ -138,6 +143,11 @@ def _decode_peeked(item: Any) -> Peeked | LaminaError:
 def _decode_sent(item: Any) -> Sent | LaminaError:
     error = _entry_error(item)
     return error if error is not None else Sent(item[0], item[1], item[2])
+
+
+def _decode_sent_results(result: dict[str, Any]) -> list[Sent | LaminaError]:
+    return [Sent(item[0], item[1], item[2]) if type(item) is list else _decode_sent(item)
+            for item in result["results"]]
 
 
 def _decode_changed(item: Any) -> VisibilityChanged | LaminaError:
@@ -240,7 +250,7 @@ class Operations:
     def send(self, queue: str, messages: Iterable[Any]) -> list[Sent | LaminaError]:
         """Send entries (bytes, text, or :func:`message` maps); per entry ``Sent`` or error."""
         return self._call("send", {"queue": queue, "messages": list(messages)},
-                          lambda r: [_decode_sent(item) for item in r["results"]])
+                          _decode_sent_results)
 
     def receive(self, queue: str, tag: str | None = None, max: int | None = None,
                 wait: float | None = None,

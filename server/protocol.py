@@ -66,6 +66,7 @@ from .framing import (
     encode_frame_header,
     encode_peek_response,
     encode_receive_response,
+    encode_send_response,
     find_unsupported_value,
     peek_entry_size,
     peek_response_overhead,
@@ -378,6 +379,10 @@ class ServerConnection:
         """Answer ``request_id`` with failure."""
         return self._answer(request_id, encode_error_response(request_id, error))
 
+    def respond_send(self, request_id: int, results: Sequence[Any]) -> bytes:
+        """Answer a ``send`` (see :func:`encode_send_response`)."""
+        return self._answer(request_id, encode_send_response(request_id, results))
+
     def respond_receive(self, request_id: int, deliveries: Sequence[Delivery]) -> bytes:
         """Answer a ``receive``, splicing stored records (see :func:`encode_receive_response`)."""
         return self._answer(request_id, encode_receive_response(request_id, deliveries))
@@ -491,8 +496,11 @@ class ClientConnection:
         if self._protocol_error is not None or self._server_closed:
             raise LocalProtocolError("the connection is closing; open a new one")
         args = {} if args is None else dict(args)
-        if type(op) is not str or any(type(name) is not str for name in args):
+        if type(op) is not str:
             raise LocalProtocolError("op and argument names must be str")
+        for name in args:
+            if type(name) is not str:
+                raise LocalProtocolError("op and argument names must be str")
         if self._next_id > MAX_REQUEST_ID:
             raise LocalProtocolError("request ids exhausted; open a new connection")
         request_id = self._next_id

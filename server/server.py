@@ -2,16 +2,19 @@
 
 Tasks, all owned by :meth:`Server.serve`'s nursery::
 
-    accept ──> connection (reader + writer + waiting receives, connection.py) ─┐ Work
+    accept ──> connection (reader + writer, connection.py) ─────────────────────┐ Work
     timer ──> TICK when the engine's next deadline is due ──────────────────────┤
     metrics refresher ──> EngineJob every metrics_interval_s ───────────────────┤
                                                                                  v
     applier: drains the inbox, applies everything in one engine.group(), syncs the WAL
              (--fsync) in a worker thread, then hands each answer to its connection
+             (rule 6: while it idles, a reader runs that same code for its own Work)
+    wait expiry ──> ends waiting receives at their deadlines (waiters.py rule 5)
 
 Rules (each one lives in this file):
 
-1. The applier is the only task that calls the engine (it is not thread-safe), and everything
+1. The applier is the only task that calls the engine (it is not thread-safe; rule 6 is the
+   applier's code run in another task while the applier idles), and everything
    it calls runs inside a group commit. So requests take effect in the order they were read
    (across connections too), and a group's answers are queued only after the group is written
    (and, with ``--fsync``, synced): never an answer before its write is in the WAL. So no
@@ -28,18 +31,27 @@ Rules (each one lives in this file):
 5. Shutdown (``request_stop``): stop accepting and reading, apply and commit everything read,
    answer it (waiting receives with ``[]``), let writers drain (``shutdown_grace_s``), close
    the engine.
+6. The fast path (``apply_now``): a reader whose requests would be the applier's whole next
+   group (the applier waits on an empty inbox) and that needs no WAL sync (no ``--fsync``)
+   applies and answers them itself, synchronously, with the same code as the applier. Nothing
+   else can run meanwhile, so rules 1-4 hold unchanged; it saves the task switches through
+   the inbox, which cost more than a small request's engine call. Every send to the inbox goes
+   through ``try_enqueue`` / ``enqueue``, which end the applier's idleness at once, so nothing
+   applied in place overtakes an item already queued.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import ssl
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import trio
 
@@ -82,6 +94,9 @@ GROUP_MAX_BYTES = 4 * 1024 * 1024
 INBOX_CAPACITY = 1024
 #: Timer: how long to wait for the applier after a tick before looking again.
 TICK_SETTLE_S = 0.05
+#: Waiting receives: their timeouts are checked at least this often (waiters.py rule 5).
+WAIT_EXPIRY_TICK_S = 1.0
+_NO_GROUP = contextlib.nullcontext()
 
 
 def _package_version() -> str:
@@ -114,7 +129,6 @@ class _Reply(NamedTuple):
     answer: Answer
     op: str
     started: float
-    waiter: Waiter | None = None
 
 
 class Server:
@@ -156,6 +170,11 @@ class Server:
         self._pool_done = trio.Event()
         self._pool_scope: trio.CancelScope | None = None
         self._inbox_send: trio.MemorySendChannel[Any] | None = None
+        #: When ``_expire_waits`` looks next (trio clock), and how to make it look sooner.
+        self._wait_expiry_target = -math.inf
+        self._wait_expiry_wake = trio.Event()
+        #: Rule 6: the applier waits on an empty inbox (cleared by every send to it).
+        self._applier_idle = False
         self._ssl_context: ssl.SSLContext | None = None
 
     # -- lifetime -----------------------------------------------------------------------------
@@ -186,6 +205,7 @@ class Server:
                 async with trio.open_nursery() as services:
                     services.start_soon(self._accept, listeners, pool)
                     services.start_soon(self._timer, self._inbox_send.clone())
+                    services.start_soon(self._expire_waits)
                     if config.metrics_port is not None:
                         services.start_soon(self._refresh_metrics)
                     log.info("listening", extra={
@@ -322,12 +342,33 @@ class Server:
                     continue
                 if not self._tick_pending:
                     self._tick_pending = True
-                    try:
-                        ticks.send_nowait(TICK)
-                    except trio.WouldBlock:
-                        pass  # the applier is busy: it checks deadlines in every group
+                    # When the inbox is full the applier is busy: it checks deadlines in
+                    # every group.
+                    self.try_enqueue(ticks, TICK)
                 with trio.move_on_after(TICK_SETTLE_S):
                     await wake.wait()
+
+    async def _expire_waits(self) -> None:
+        """Ends waiting receives at their deadlines (waiters rule 5). Looks at least every
+        WAIT_EXPIRY_TICK_S, so registering a longer wait never has to wake it."""
+        while True:
+            self._wait_expiry_wake = wake = trio.Event()
+            now = trio.current_time()
+            for waiter in self.waiting.expired(now):
+                try:
+                    waiter.connection.end_wait(waiter)
+                except Exception:  # a bug: it ends that connection only (rule 4)
+                    log.exception("ending a wait failed", extra={"event": "connection_error",
+                                                                  "peer": waiter.connection.peer})
+                    self.waiting.remove(waiter)
+                    waiter.connection.abort()
+            deadline = self.waiting.next_deadline()
+            target = now + WAIT_EXPIRY_TICK_S
+            if deadline is not None and deadline < target:
+                target = deadline
+            self._wait_expiry_target = target
+            with trio.move_on_at(target):
+                await wake.wait()
 
     def _set_deadline(self) -> None:
         deadline = self.engine.next_deadline()
@@ -355,18 +396,50 @@ class Server:
         """Run ``fn(engine)`` on the applier, inside a group; -> its result (or raise)."""
         assert self._inbox_send is not None
         job = EngineJob(fn)
-        await self._inbox_send.send(job)
+        await self.enqueue(self._inbox_send, job)
         await job.done.wait()
         if job.error is not None:
             raise job.error
         return job.result
+
+    def try_enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> bool:
+        """Queue ``item`` for the applier unless the inbox is full (-> False)."""
+        self._applier_idle = False  # rule 6: nothing may now overtake ``item``
+        try:
+            inbox.send_nowait(item)
+        except trio.WouldBlock:
+            return False
+        return True
+
+    async def enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> None:
+        """Queue ``item`` for the applier, waiting while the inbox is full."""
+        self._applier_idle = False  # rule 6
+        await inbox.send(item)
+
+    def apply_now(self, work: Work) -> bool:
+        """Rule 6: apply and answer ``work`` in the calling task when nothing is queued before
+        it and its answers need no WAL sync; -> False when it must go through the inbox."""
+        if not self._applier_idle or self.engine.fsync:
+            return False
+        started = time.perf_counter()
+        replies, jobs, failure = self._apply_group((work,))
+        self._answer_group((work,), replies, jobs, failure, len(work.requests), started)
+        return True
 
     async def _applier(self, inbox: trio.MemoryReceiveChannel[Any]) -> None:
         try:
             async with inbox:
                 while True:
                     try:
-                        item = await inbox.receive()
+                        item = inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        self._applier_idle = True
+                        try:
+                            item = await inbox.receive()
+                        except trio.EndOfChannel:
+                            break
+                        finally:
+                            self._applier_idle = False
                     except trio.EndOfChannel:
                         break
                     items = [item]
@@ -381,42 +454,14 @@ class Server:
                         count, nbytes = count + more, nbytes + size
                     await self._commit_group(items, count)
         finally:
+            self._applier_idle = False
             self._applier_done.set()
 
     async def _commit_group(self, items: list[Any], count: int) -> None:
         """Apply ``items`` in one group, make it durable, then answer (rules 1, 3, 4)."""
         started = time.perf_counter()
-        replies: list[_Reply] = []
-        jobs: list[EngineJob] = []
-        failure: LaminaError | None = None
         engine = self.engine
-        try:
-            with engine.group():
-                self._run_due_deadlines()
-                if self.waiting.any_due:
-                    self._serve_waiters(replies)
-                for item in items:
-                    if type(item) is Work:
-                        for request in item.requests:
-                            self._apply_request(item, request, replies)
-                            if self.waiting.any_due:
-                                self._serve_waiters(replies)
-                    elif type(item) is EngineJob:
-                        jobs.append(item)
-                        try:
-                            item.result = item.fn(engine)
-                        except Exception as exc:
-                            item.error = exc
-                self._run_due_deadlines()
-                if self.waiting.any_due:
-                    self._serve_waiters(replies)
-        except LaminaError as exc:  # the group's write failed (rule 4)
-            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
-            failure = InternalError(f"storage write failed ({exc.message}); this request "
-                                    "may or may not have taken effect")
-        except Exception as exc:  # a bug outside any one request
-            log.exception("group failed", extra={"event": "group_error"})
-            failure = InternalError(f"group commit failed: {type(exc).__name__}: {exc}")
+        replies, jobs, failure = self._apply_group(items)
         if engine.fsync and failure is None and getattr(engine, "_unsynced", True):
             try:
                 await trio.to_thread.run_sync(engine.sync_wal)
@@ -426,26 +471,83 @@ class Server:
                 log.exception("WAL sync failed", extra={"event": "sync_failed"})
                 failure = InternalError(f"WAL sync failed ({exc}); this request is written "
                                         "but may not survive a power loss")
+        self._answer_group(items, replies, jobs, failure, count, started)
+
+    def _apply_group(self, items: Sequence[Any]
+                     ) -> tuple[list[_Reply], list[EngineJob], LaminaError | None]:
+        """Apply ``items`` in one engine group (rules 1, 3, 4); -> the replies to send, the
+        jobs run, and the failure that replaces every answer if the group's write failed."""
+        replies: list[_Reply] = []
+        jobs: list[EngineJob] = []
+        failure: LaminaError | None = None
+        engine = self.engine
+        waiting = self.waiting
+        try:
+            # Without --fsync a group defers nothing (engine.group only spares each operation
+            # its own WAL sync), so its context manager, a tenth of a small request's cost,
+            # is skipped.
+            with engine.group() if engine.fsync else _NO_GROUP:
+                self._run_due_deadlines()
+                if waiting.any_due:
+                    self._serve_waiters(replies)
+                for item in items:
+                    if type(item) is Work:
+                        for request in item.requests:
+                            self._apply_request(item, request, replies)
+                            if waiting.any_due:
+                                self._serve_waiters(replies)
+                    elif type(item) is EngineJob:
+                        jobs.append(item)
+                        try:
+                            item.result = item.fn(engine)
+                        except Exception as exc:
+                            item.error = exc
+                self._run_due_deadlines()
+                if waiting.any_due:
+                    self._serve_waiters(replies)
+        except LaminaError as exc:  # the group's write failed (rule 4)
+            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
+            failure = InternalError(f"storage write failed ({exc.message}); this request "
+                                    "may or may not have taken effect")
+        except Exception as exc:  # a bug outside any one request
+            log.exception("group failed", extra={"event": "group_error"})
+            failure = InternalError(f"group commit failed: {type(exc).__name__}: {exc}")
+        return replies, jobs, failure
+
+    def _answer_group(self, items: Sequence[Any], replies: list[_Reply], jobs: list[EngineJob],
+                      failure: LaminaError | None, count: int, started: float) -> None:
+        """Queue every answer of a durable group; the answers of one connection go out in
+        one write."""
         self.groups += 1
         now = time.perf_counter()
         observe = self.metrics.observe
+        frames: dict[Connection, list[bytes]] = {}
         for reply in replies:
             answer = reply.answer
-            if failure is not None and not isinstance(answer, LaminaError):
-                answer = failure
-            reply.connection.answer(reply.request_id, answer)
-            if reply.waiter is not None:
-                reply.waiter.answered.set()
-            observe(reply.op, answer.code if isinstance(answer, LaminaError) else "ok",
-                    now - reply.started)
+            if isinstance(answer, LaminaError):
+                outcome = answer.code
+            elif failure is not None:
+                answer, outcome = failure, failure.code
+            else:
+                outcome = "ok"
+            connection = reply.connection
+            frame = connection.encode_answer(reply.request_id, answer)
+            if frame is not None:
+                pending = frames.get(connection)
+                if pending is None:
+                    frames[connection] = [frame]
+                else:
+                    pending.append(frame)
+            observe(reply.op, outcome, now - reply.started)
+        for connection, pending in frames.items():
+            connection.send_frames(pending)
         for job in jobs:
             job.done.set()
         for item in items:
             if type(item) is Work and item.applied is not None:
                 item.applied.set()
         self._set_deadline()
-        self.metrics.group_requests.observe(count)
-        self.metrics.group_seconds.observe(now - started)
+        self.metrics.observe_group(count, now - started)
 
     def _apply_request(self, work: Work, request: Request, replies: list[_Reply]) -> None:
         connection, op, args = work.connection, request.op, request.args
@@ -495,12 +597,14 @@ class Server:
         if (wait_s <= 0 or self.stopping or connection.reading_done
                 or len(connection.waiters) >= self.config.max_waiting):
             return answer
-        waiter = Waiter(connection, request.id, started, args, caller,
-                        trio.current_time() + wait_s, tag_key(args["queue"], args.get("tag")))
-        self.waiting.add(waiter)
+        deadline = trio.current_time() + wait_s
+        waiter = Waiter(connection, request.id, started, args, caller, deadline,
+                        tag_key(args["queue"], args.get("tag")))
         if not connection.start_wait(waiter):
-            self.waiting.remove(waiter)
             return answer
+        self.waiting.add(waiter)
+        if deadline < self._wait_expiry_target:
+            self._wait_expiry_wake.set()
         return None
 
     def _polling_wait(self, queue: str) -> float:
@@ -533,8 +637,9 @@ class Server:
     def _claim(self, waiter: Waiter, answer: Answer, replies: list[_Reply]) -> None:
         self.waiting.remove(waiter)
         waiter.claimed = True
+        waiter.connection.waiters.discard(waiter)
         replies.append(_Reply(waiter.connection, waiter.request_id, answer, "receive",
-                              waiter.op_started, waiter))
+                              waiter.op_started))
 
     def _end_waits_on_deleted(self, op: str, args: dict[str, Any],
                               replies: list[_Reply]) -> None:

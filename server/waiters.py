@@ -10,17 +10,20 @@ A receive with ``wait > 0`` that found nothing becomes a :class:`Waiter`. Rules:
    before its response goes out.
 3. A waiter is *claimed* the moment the applier leases messages for it: from then on only the
    applier answers it (once the group is durable); its own timeout no longer applies.
-4. A waiter lives in its connection's task tree: when the connection dies, its waiters go.
+4. A waiter belongs to its connection: when the connection ends or dies, its waiters go.
+5. Timeouts: one heap of deadlines for every waiter (no task per waiter: spawning one costs
+   more than the receive). Entries of waiters served or gone stay in it until they reach the
+   top or the heap is rebuilt (when they outnumber the live ones).
 
 Names are compared lower-cased, as the engine does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
+import itertools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
-
-import trio
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -48,7 +51,6 @@ class Waiter:
     deadline: float  # trio clock
     key: TagKey
     claimed: bool = False
-    answered: trio.Event = field(default_factory=trio.Event)
 
 
 class WaitingReceives:
@@ -59,14 +61,29 @@ class WaitingReceives:
         self._tags_of_queue: dict[str, set[str]] = {}
         self._due: set[TagKey] = set()
         self._due_queues: set[str] = set()
+        self._live = 0
+        #: Rule 5: (deadline, tie-breaker, waiter), earliest first.
+        self._deadlines: list[tuple[float, int, Waiter]] = []
+        self._order = itertools.count()
 
     def __len__(self) -> int:
-        return sum(len(fifo) for fifo in self._by_tag.values())
+        return self._live
 
     def add(self, waiter: Waiter) -> None:
         queue, tag = waiter.key
         self._by_tag.setdefault(waiter.key, {})[waiter] = None
         self._tags_of_queue.setdefault(queue, set()).add(tag)
+        self._live += 1
+        deadlines = self._deadlines
+        if len(deadlines) > 2 * self._live + 1024:
+            self._deadlines = deadlines = [entry for entry in deadlines if self.has(entry[2])]
+            heapq.heapify(deadlines)
+        heapq.heappush(deadlines, (waiter.deadline, next(self._order), waiter))
+
+    def has(self, waiter: Waiter) -> bool:
+        """Whether ``waiter`` is still waiting here."""
+        fifo = self._by_tag.get(waiter.key)
+        return fifo is not None and waiter in fifo
 
     def remove(self, waiter: Waiter) -> bool:
         """Forget ``waiter``; False if it was not registered (already served or gone)."""
@@ -74,6 +91,7 @@ class WaitingReceives:
         if fifo is None or waiter not in fifo:
             return False
         del fifo[waiter]
+        self._live -= 1
         if not fifo:
             del self._by_tag[waiter.key]
             queue, tag = waiter.key
@@ -113,6 +131,24 @@ class WaitingReceives:
         return list(self._by_tag.get(key, ()))
 
     # -- ending waits -----------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a waiter still waiting (trio clock), or None."""
+        deadlines = self._deadlines
+        while deadlines and not self.has(deadlines[0][2]):
+            heapq.heappop(deadlines)
+        return deadlines[0][0] if deadlines else None
+
+    def expired(self, now: float) -> list[Waiter]:
+        """The waiters still waiting whose deadline is ``now`` or earlier, oldest first
+        (they stay registered: ending a wait is the connection's job)."""
+        deadlines = self._deadlines
+        due = []
+        while deadlines and deadlines[0][0] <= now:
+            waiter = heapq.heappop(deadlines)[2]
+            if self.has(waiter):
+                due.append(waiter)
+        return due
 
     def on_queue(self, queue: str) -> list[Waiter]:
         """Every waiter on any tag of ``queue``."""

@@ -167,3 +167,63 @@ async def test_async_client_sees_the_server_leave(tmp_path: Path) -> None:
             with trio.fail_after(5):
                 with pytest.raises(LaminaConnectionError):
                     await client.receive("q", wait=10)
+
+
+def test_many_threads_pipeline_over_one_blocking_client(start_server: Any) -> None:
+    # Leader/follower: whichever thread reads hands the others their answers.
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client:
+        client.create_queue("q")
+        polled: list[Delivery] = []
+        poller = threading.Thread(target=lambda: polled.extend(client.receive("q", wait=10)))
+        poller.start()
+        time.sleep(0.1)
+        sent: list[list[str]] = [[] for _ in range(8)]
+
+        def producer(index: int) -> None:
+            for n in range(40):
+                result = client.send("q", [f"{index}-{n}"])[0]
+                sent[index].append(result.id)  # type: ignore[union-attr]
+
+        threads = [threading.Thread(target=producer, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        poller.join(10)
+        ids = [message_id for chunk in sent for message_id in chunk]
+        assert len(ids) == len(set(ids)) == 320
+        assert len(polled) == 1 and polled[0].id in ids
+        assert client.ping() > 0
+
+
+async def test_async_client_frames_never_interleave(tmp_path: Path) -> None:
+    # Large frames fill the socket buffer: a send that writes part of its frame at once must
+    # finish it before any other task's frame, even when callers are cancelled meanwhile.
+    async with running_server(tmp_path) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("big", {"max_message_size": 1048576})
+            bodies = {f"{n:03d}".encode() * 200_000 for n in range(12)}  # 600 kB each
+            done: list[str] = []
+
+            async def send(body: bytes) -> None:
+                sent = await client.send("big", [body])
+                done.append(sent[0].id)  # type: ignore[union-attr]
+
+            async def send_and_give_up(body: bytes) -> None:
+                with trio.move_on_after(0.001):
+                    await client.send("big", [body])
+
+            async with trio.open_nursery() as nursery:
+                for body in bodies:
+                    nursery.start_soon(send, body)
+                    nursery.start_soon(send_and_give_up, body)
+            assert len(done) == len(bodies)
+            seen = set()
+            while True:
+                page = await client.receive("big", max=10, wait=0)
+                if not page:
+                    break
+                seen.update(delivery.body for delivery in page)
+            assert bodies <= seen  # every frame arrived whole
+            assert await client.ping() > 0

@@ -294,3 +294,95 @@ async def test_protocol_violation_has_no_effect_on_others(tmp_path: Path) -> Non
                 assert isinstance(event, (Response, ProtocolViolation, type(None)))
                 await client.send("q", [b"fine"])
             assert len(got) == 1
+
+
+async def test_a_connection_in_use_is_not_idle_across_many_reads(tmp_path: Path) -> None:
+    # One cancel scope spans many reads (connection.py): when its deadline passes while
+    # bytes kept coming, the connection stays open.
+    async with running_server(tmp_path, idle_timeout_s=0.3) as server:
+        connection = await RawConnection.open(server.port)
+        for _ in range(12):  # 1.2 s of traffic, one request every 0.1 s
+            assert (await connection.call("ping")).error is None
+            await trio.sleep(0.1)
+        with trio.fail_after(2):
+            await connection.wait_closed()  # and once quiet, it is closed
+
+
+async def test_waits_end_at_their_own_deadlines_not_in_arrival_order(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        connection = await RawConnection.open(server.port)
+        await connection.call("create_queue", {"queue": "q"})
+        started = trio.current_time()
+        long_wait = await connection.send("receive", {"queue": "q", "wait": 0.8})
+        short_wait = await connection.send("receive", {"queue": "q", "wait": 0.2})
+        first = await connection.next_event()
+        assert first.id == short_wait and first.result == {"messages": []}
+        assert 0.18 <= trio.current_time() - started < 0.6
+        second = await connection.next_event()
+        assert second.id == long_wait and trio.current_time() - started >= 0.78
+
+
+async def test_a_closed_connection_leaves_no_waiting_receives(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        connection = await RawConnection.open(server.port)
+        await connection.call("create_queue", {"queue": "q"})
+        for _ in range(3):
+            await connection.send("receive", {"queue": "q", "wait": 10})
+        await connection.call("ping")  # the receives are registered by now
+        assert len(server.waiting) == 3
+        await connection.stream.aclose()
+        with trio.fail_after(2):
+            while len(server.waiting):
+                await trio.sleep(0.01)
+        other = await RawConnection.open(server.port)
+        await other.call("send", {"queue": "q", "messages": [b"kept"]})
+        received = await other.call("receive", {"queue": "q"})
+        assert received.result["messages"][0][0][1] == b"kept"  # nobody took it
+
+
+async def test_small_requests_skip_the_inbox_only_without_fsync(tmp_path: Path) -> None:
+    # server.py rule 6: with the applier idle, a reader applies its requests itself; with
+    # --fsync every group goes through the applier, which syncs before answering.
+    for fsync, expect_applier in ((False, False), (True, True)):
+        async with running_server(tmp_path / str(fsync), fsync=fsync) as server:
+            through_applier = 0
+            commit_group = server._commit_group
+
+            async def counting(items: list[object], count: int) -> None:
+                nonlocal through_applier
+                through_applier += sum(1 for item in items if type(item).__name__ == "Work")
+                await commit_group(items, count)
+
+            server._commit_group = counting  # type: ignore[method-assign]
+            connection = await RawConnection.open(server.port)
+            await connection.call("create_queue", {"queue": "q"})
+            for n in range(20):
+                assert (await connection.call("send", {"queue": "q", "messages": [str(n)]})
+                        ).error is None
+            received = await connection.call("receive", {"queue": "q", "max": 100})
+            assert [m[0][1] for m in received.result["messages"]] == [str(n) for n in range(20)]
+            assert (through_applier >= 22) is expect_applier and (
+                through_applier == 0) is not expect_applier
+
+
+async def test_an_item_queued_for_the_applier_is_never_overtaken(tmp_path: Path) -> None:
+    # server.py rule 6: once anything is queued for the applier, readers queue behind it.
+    from lamina.server.connection import Work
+    from lamina.server.server import EngineJob
+
+    async with running_server(tmp_path) as server:
+        with trio.fail_after(2):
+            while not server._applier_idle:
+                await trio.sleep(0.01)
+        inbox = server._inbox_send.clone()  # type: ignore[union-attr]
+        job = EngineJob(lambda engine: "ran")
+        assert server.try_enqueue(inbox, job)
+        work = Work(None, [], 0, 0.0)  # type: ignore[arg-type]
+        assert not server.apply_now(work)  # no checkpoint since: the job is not applied yet
+        with trio.fail_after(2):
+            await job.done.wait()
+        assert job.result == "ran"
+        with trio.fail_after(2):
+            while not server._applier_idle:  # idle again once the inbox is empty
+                await trio.sleep(0.01)
+        inbox.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 import cbor2
 import pytest
@@ -11,18 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina.engine.errors import LaminaError, ProtocolError
+from lamina.engine.results import Sent
 from lamina.server.framing import (
     MAX_NESTING_DEPTH,
     PEEK_STATES,
     CBORTagged,
+    FAST_DECODE_MAX_BYTES,
     FrameReader,
     decode_item,
+    decode_item_strict,
     delivery_size,
     encode_frame_header,
     encode_head,
     encode_int,
     encode_peek_response,
     encode_receive_response,
+    encode_send_response,
     find_unsupported_value,
     head_size,
     int_size,
@@ -259,6 +264,94 @@ def test_arbitrary_bytes_decode_or_raise_only_protocol_error(body: bytes) -> Non
         pass
 
 
+# --- The fast decoder answers exactly as the strict one --------------------------------------
+
+
+def _exact(value: object) -> object:
+    """``value`` with every distinction the protocol makes spelled out: types (``1`` vs
+    ``1.0`` vs ``True``), float bits (NaN, -0.0), and tag markers by number."""
+    kind = type(value)
+    if kind is float:
+        return ("float", struct.pack(">d", value))
+    if kind in (list, tuple):
+        return (kind.__name__, [_exact(v) for v in value])  # type: ignore[attr-defined]
+    if kind in (dict, cbor2.frozendict):
+        return (kind.__name__, [(_exact(k), _exact(v))
+                                for k, v in value.items()])  # type: ignore[attr-defined]
+    if kind is CBORTagged:
+        return ("tag", value.tag)  # type: ignore[attr-defined]
+    if kind is cbor2.CBORSimpleValue:
+        return ("simple", value.value)  # type: ignore[attr-defined]
+    return (kind.__name__, value)
+
+
+def _outcome(decode, body: bytes) -> object:  # type: ignore[no-untyped-def]
+    try:
+        return _exact(decode(body))
+    except ProtocolError:
+        return "ProtocolError"
+
+
+def _heads(major: int) -> st.SearchStrategy[bytes]:
+    """A head of ``major`` type with a small, edge or indefinite argument, in any width."""
+    return st.one_of(
+        st.integers(0, 27).map(lambda info: bytes([major << 5 | info])),
+        st.just(bytes([major << 5 | 31])),  # indefinite length / break
+        st.integers(0, 2**16).map(lambda n: encode_head(major, n)),
+    )
+
+
+plain_items = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**64), 2**64 - 1),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+              st.binary(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.one_of(st.text(max_size=4), st.integers(-3, 3),
+                                                      st.booleans()), inner, max_size=4)),
+    max_leaves=12,
+)
+# Pieces glued at random: valid items, heads of every major type (tags, simple values,
+# indefinite lengths, breaks) and raw bytes, so that bodies are sometimes well formed and often
+# almost: truncated, with trailing bytes, duplicate keys, stray breaks, deep nesting.
+_pieces = st.one_of(
+    plain_items.map(cbor2.dumps),
+    st.integers(0, 7).flatmap(_heads),
+    st.binary(min_size=1, max_size=4),
+    st.integers(30, 34).map(lambda depth: b"\x81" * depth),
+    st.sampled_from([b"\xa2\x01\x00\xf5\x00", b"\xa2\x61a\x00\x61a\x00", b"\xf9\x7e\x00",
+                     b"\xc2\x41\x01", b"\xd8\x1c\x01", b"\xd9\xd9\xf7\x01", b"\x9f\xff",
+                     b"\xf8\x20", b"\xf7", b"\xff"]),
+)
+cbor_like_bodies = st.lists(_pieces, min_size=1, max_size=8).map(b"".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(cbor_like_bodies, plain_items.map(cbor2.dumps), st.binary(max_size=48)))
+def test_fast_decoder_accepts_and_rejects_exactly_what_the_strict_one_does(body: bytes) -> None:
+    assert _outcome(decode_item, body) == _outcome(decode_item_strict, body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain_items.map(cbor2.dumps), st.binary(min_size=1, max_size=20))
+def test_fast_decoder_never_ignores_trailing_bytes(body: bytes, trailing: bytes) -> None:
+    assert _outcome(decode_item, body + trailing) == _outcome(decode_item_strict, body + trailing)
+    if _outcome(decode_item_strict, body) != "ProtocolError":
+        with pytest.raises(ProtocolError):  # a complete item plus anything is never one item
+            decode_item(body + trailing)
+
+
+def test_fast_decoder_bounds() -> None:
+    # Bodies past the fast path's size go to the strict decoder, with the same rules.
+    big = cbor2.dumps([1, "send", {"messages": [b"x" * FAST_DECODE_MAX_BYTES]}])
+    assert decode_item(big) == cbor2.loads(big)
+    with pytest.raises(ProtocolError, match="trailing"):
+        decode_item(big + b"\x00")
+    # Depth is counted as if the body were alone: the wrapping array adds no level.
+    decode_item(b"\x81" * 31 + b"\x01")
+    with pytest.raises(ProtocolError, match="nesting deeper than 32"):
+        decode_item(b"\x81" * 32 + b"\x01")
+
+
 # --- Values a request may not carry ------------------------------------------------------------
 
 
@@ -350,6 +443,29 @@ def test_peek_response_splices_records_byte_identically(request_id: int, entries
     assert cbor2.dumps(structure) == body
     assert cbor2.dumps(cbor2.loads(body)) == body
     assert peek_response_overhead(request_id, len(entries), cursor) + sum(map(peek_entry_size, entries)) == len(body)
+
+
+sent_entries = st.one_of(
+    st.builds(Sent, st.text(max_size=40), ints, st.binary(min_size=16, max_size=16)),
+    st.builds(LaminaError, st.text(max_size=20)),
+)
+
+
+@settings(max_examples=200)
+@given(request_ids, st.lists(sent_entries, max_size=30))
+def test_send_response_is_byte_identical_to_cbor2(request_id: int, results: list[Any]) -> None:
+    data = encode_send_response(request_id, results)
+    structure = [request_id, None, {"results": [
+        entry.to_wire() if isinstance(entry, LaminaError)
+        else [entry.id, entry.enqueue_time, entry.md5] for entry in results]}]
+    assert data == frame(cbor2.dumps(structure))
+
+
+@pytest.mark.parametrize("count", [0, 1, 23, 24, 255, 256])
+def test_send_response_array_head_widths(count: int) -> None:
+    results = [Sent(f"id{n}", 1_700_000_000_000 + n // 7, bytes(16)) for n in range(count)]
+    assert cbor2.loads(encode_send_response(9, results)[4:])[2]["results"] == [
+        [entry.id, entry.enqueue_time, entry.md5] for entry in results]
 
 
 def test_peek_error_entry_may_be_a_lamina_error() -> None:
