@@ -533,7 +533,10 @@ class EngineCore:
         """Reclaim whole segments below ``gone_seq`` (log, time index, delay and topic
         indexes)."""
         store = self._store
-        while q.segments and q.segments[0].last_seq < q.gone_seq:
+        # Only sealed segments: the open (last) one stays until a send seals it. Collecting it
+        # whenever a near-empty queue drains would write range tombstones on every delete,
+        # and those make every new iterator slower (measured: 23 us -> 6 ms per delete).
+        while len(q.segments) > 1 and q.segments[0].last_seq < q.gone_seq:
             segment = q.segments.pop(0)
             first, end = segment.first_seq, segment.last_seq + 1
             for lane in q.lanes_used:

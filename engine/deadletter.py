@@ -76,12 +76,20 @@ class DeadLetterOps(CounterOps):
                 _, _, due, seq = keys.timer_key_decode(key)
                 lease = t.leases.get(seq)
                 if (lease is not None and lease.state == LEASED and lease.due == due
-                        and lease.count >= max_receives and seq >= q.gone_seq):
+                        and lease.count >= max_receives and seq >= q.gone_seq
+                        and not self._expired_by(q, lease, seq, due)):
                     self._move_to_dlq(q, t, seq, lease, due)
                 t.expiry_due, t.expiry_seq = due, seq
                 moved = True
             if moved:
                 store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+
+    def _expired_by(self, q: QueueState, lease: Lease, seq: int, time_ms: int) -> bool:
+        """Whether the message expired (older than retention) before ``time_ms``: then its
+        lease ending moves nothing (it does not exist any more)."""
+        value = self._store.log.get(keys.log_key(q.id, lease.lane, seq))
+        return value is None or \
+            PREFIX.unpack_from(value)[0] < time_ms - q.attributes["retention"] * 1000
 
     def dead(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
              caller: str | None = None) -> list[LaminaError | None]:

@@ -142,11 +142,17 @@ class TopicOps(CounterOps):
         return seq >= t.cursors[DEFAULT_LANE]
 
     def _topic_gate(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> bool:
-        """Whether ``seq`` (in scope, of ``topic_id``) may be leased now; if not, it is parked
-        and the topic stays (or becomes) locked behind its head."""
+        """Whether ``seq`` (in scope, of ``topic_id``) may be leased now: no earlier message of
+        its topic in the tag's scope is still not Ended. If one is, the earliest such is the
+        topic's head, and remembered as such.
+
+        Walking back, a message delivered and deleted in its turn (no row, passed, not
+        pending) ends the walk: everything before it had ended when it was leased. Rows
+        ended out of turn (delete_by_id) do not."""
         head = t.locked.get(topic_id)
         if head is not None:
             return head == seq
+        earliest = None
         lower = keys.topic_key(q.id, topic_id, max(q.gone_seq, t.start_seq))
         it = Store.scan(self._store.topics, lower, keys.topic_key(q.id, topic_id, seq),
                         last=True)
@@ -155,13 +161,19 @@ class TopicOps(CounterOps):
             enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(it.value())
             if self._topic_in_scope(q, t, previous, enqueue_ms):
                 lease = t.leases.get(previous)
-                if (lease.state == LEASED) if lease is not None else \
-                        self._pending(q, t, previous, enqueue_ms, visible_ms):
-                    t.lock(topic_id, previous)
-                    return False
-                return True
+                if lease is not None:
+                    if lease.state == LEASED:
+                        earliest = previous
+                        break
+                elif self._pending(q, t, previous, enqueue_ms, visible_ms):
+                    earliest = previous
+                else:
+                    break
             it.prev()
-        return True
+        if earliest is None:
+            return True
+        t.lock(topic_id, earliest)
+        return False
 
     def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None:
         """``seq`` was the head of a topic and is Ended or Expired: pass the topic on."""
