@@ -4,7 +4,7 @@
     engine.create_queue("orders")
     engine.send("orders", [b"hello", {1: "hi", 4: 1}])
     for delivery in engine.receive("orders", max=10):
-        ...
+        handle(delivery.message)
         engine.delete("orders", [delivery.receipt])
     engine.close()
 

@@ -15,6 +15,8 @@ Receipts may be given as bytes or as the ``Delivery`` they came with.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
@@ -184,11 +186,13 @@ def _args(**values: Any) -> dict[str, Any]:
 # --- The operations ----------------------------------------------------------------------------
 
 
-class Operations:
+class Operations(ABC):
     """One method per operation (see the module docstring for the conventions)."""
 
+    @abstractmethod
     def _call(self, op: str, args: dict[str, Any], decode: Callable[[dict[str, Any]], T]) -> T:
-        raise NotImplementedError
+        """Send ``op`` with ``args`` and decode its result (blocking or awaitable: the client
+        class decides)."""
 
     # -- server ---------------------------------------------------------------------------------
 
