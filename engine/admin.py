@@ -273,7 +273,8 @@ class AdminOps(GrantOps, TagOps):
             self._count_active(q, t, now, counts)
             if t.filter is not None:
                 t.stats_cache = (now, counts["active"], counts["parked"])
-        floor = max(min(self._tag_floor(q, t), self._tag_delayed_floor(q, t)), gone)
+        floor = max(min(self._tag_floor(q, t, dead_letters=False),
+                        self._tag_delayed_floor(q, t)), gone)
         return {
             **counts,
             "lag": self._production_ms(q, floor) if floor < q.next_seq else None,
@@ -286,10 +287,7 @@ class AdminOps(GrantOps, TagOps):
         lower = keys.delayseq_key(q.id, max(q.gone_seq, t.start_seq))
         for key, value in Store.items(self._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
             seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if seq in t.leases or (visible, seq) <= (t.delay_vt, t.delay_seq) or (
-                    seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)):
-                continue
-            if self._topic_or_plain_in_scope(q, t, seq):
+            if self._holds_delayed(q, t, seq, visible):
                 return seq
         return q.next_seq
 

@@ -136,6 +136,7 @@ class EngineCore:
         q = QueueState(queue_id, definition["name"], definition["attributes"],
                        definition["created"])
         q.decode_watermarks(store.meta[keys.watermarks_key(queue_id)])
+        q.delayseq_from = q.gone_seq  # nothing below it matters; the walk starts there
         self._queues[queue_id] = q
         self._queue_names[q.name.lower()] = queue_id
         for lane in LANE_RANGE:
@@ -182,7 +183,6 @@ class EngineCore:
         q.tag_names[t.name.lower()] = tag_id
         for lane in q.lanes_used:
             self._snap_cursor(q, t, lane)
-        q.delayseq_from = min(q.delayseq_from, q.gone_seq)
         return t
 
     # -- the operation frame -------------------------------------------------------------------
@@ -340,9 +340,10 @@ class EngineCore:
                 return PREFIX.unpack_from(value)[0]
         return -1
 
-    def _tag_floor(self, q: QueueState, t: TagState) -> int:
+    def _tag_floor(self, q: QueueState, t: TagState, dead_letters: bool = True) -> int:
         """The lowest seq not Ended for ``t`` among those its cursors passed or did not reach,
-        its leases, and its dead letters whose DLQ copy is still alive."""
+        and its leases; with ``dead_letters``, also its dead letters whose DLQ copy is still
+        alive (they hold ``gone_seq``: a redrive needs the original)."""
         floor = q.next_seq
         cursors, tails = t.cursors, q.lane_tail
         for lane in q.lanes_used:
@@ -357,7 +358,7 @@ class EngineCore:
                 break
             heapq.heappop(heap)
         heap = t.dead_heap
-        while heap:
+        while heap and dead_letters:
             lease = leases.get(heap[0])
             if lease is not None and lease.state == ENDED_DEAD and self._copy_alive(lease):
                 floor = min(floor, heap[0])
@@ -379,21 +380,35 @@ class EngineCore:
         return lease.number >= default.cursors[lease.lane]
 
     def _delayed_floor(self, q: QueueState) -> int:
-        """The lowest seq of a delayed message some tag has not yet taken from the delay index.
+        """The lowest seq of a delayed message some tag still holds (``_holds_delayed``).
 
-        ``delayseq_from`` only moves up here; a send of a delayed message lowers it in memory
-        (its row is not written yet), a new tag or a rewind resets it."""
-        if not q.tags:
+        ``delayseq_from`` only moves up here, past entries no tag holds; a send of a delayed
+        message lowers it in memory (its row is not written yet), a new tag or a rewind
+        resets it."""
+        tags = list(q.tags.values())
+        if not tags:
             return q.next_seq
-        position = min((t.delay_vt, t.delay_seq) for t in q.tags.values())
-        lower, upper = keys.delayseq_key(q.id, q.delayseq_from), keys.queue_bounds(q.id)[1]
-        for key, value in Store.items(self._store.delayseq, lower, upper):
-            seq = keys.delayseq_key_decode(key)[1]
-            if (keys.read_u64(value), seq) > position:
+        position = min((t.delay_vt, t.delay_seq) for t in tags)
+        lower = keys.delayseq_key(q.id, max(q.delayseq_from, q.gone_seq))
+        for key, value in Store.items(self._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
+            seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
+            if (visible, seq) > position and any(
+                    self._holds_delayed(q, t, seq, visible) for t in tags):
                 q.delayseq_from = seq
                 return seq
         q.delayseq_from = q.next_seq
         return q.next_seq
+
+    def _holds_delayed(self, q: QueueState, t: TagState, seq: int, visible: int) -> bool:
+        """Whether delayed message ``seq`` is not Ended for ``t`` and only the delay index
+        brings it: in the tag's scope, not yet taken (nor handled by a rewind), no row (a
+        LEASED row counts in the tag floor; an ENDED one, e.g. deleted by id, is Ended)."""
+        if seq in t.leases or (visible, seq) <= (t.delay_vt, t.delay_seq) or (
+                seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)):
+            return False
+        if t.filter is None and t.start_ms <= 0 and seq >= t.start_seq:
+            return True
+        return self._topic_or_plain_in_scope(q, t, seq)
 
     def _settle(self, q: QueueState, now: int) -> None:
         """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``."""

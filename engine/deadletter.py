@@ -68,21 +68,26 @@ class DeadLetterOps(CounterOps):
             return
         max_receives = q.attributes["redrive"]["max_receives"]
         store = self._store
+        moves: list[tuple[int, int, int, TagState, Lease]] = []
         for t in list(q.tags.values()):
             lower = keys.timer_key(q.id, t.id, t.expiry_due, t.expiry_seq + 1)
             upper = keys.timer_key(q.id, t.id, now + 1, 0)
             moved = False
-            for key in list(Store.keys(store.timers, lower, upper)):
+            for key in Store.keys(store.timers, lower, upper):
                 _, _, due, seq = keys.timer_key_decode(key)
                 lease = t.leases.get(seq)
                 if (lease is not None and lease.state == LEASED and lease.due == due
                         and lease.count >= max_receives and seq >= q.gone_seq
                         and not self._expired_by(q, lease, seq, due)):
-                    self._move_to_dlq(q, t, seq, lease, due)
+                    moves.append((due, seq, t.id, t, lease))
                 t.expiry_due, t.expiry_seq = due, seq
                 moved = True
             if moved:
                 store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+        # Across tags in the order the leases ended: each move happened "at that moment".
+        moves.sort(key=lambda move: move[:3])
+        for due, seq, _, t, lease in moves:
+            self._move_to_dlq(q, t, seq, lease, due)
 
     def _expired_by(self, q: QueueState, lease: Lease, seq: int, time_ms: int) -> bool:
         """Whether the message expired (older than retention) before ``time_ms``: then its

@@ -71,17 +71,17 @@ class InspectionOps(CounterOps):
     def _lookup_id(self, q: QueueState, t: TagState, message_id: object,
                    field: str) -> tuple[int, int, bytes | None]:
         """-> (seq, lane, log value or None when below gone_seq) of an id of this queue in the
-        tag's scope, else ``MessageNotFound``."""
+        tag's scope (any id below gone_seq), else ``MessageNotFound``."""
         parsed = parse_message_id(message_id)
         if parsed is None or parsed[0] != q.id or parsed[1] >= q.next_seq:
             raise MessageNotFound(f"{field}: no message {message_id!r} in queue {q.name!r}",
                                   field=field)
         _, seq, lane = parsed
+        if seq < q.gone_seq:  # gone: null whatever the tag (its record may be collected)
+            return seq, lane, None
         if seq < t.start_seq:
             raise MessageNotFound(f"{field}: message {message_id!r} is before the start of tag "
                                   f"{t.name!r}", field=field)
-        if seq < q.gone_seq:
-            return seq, lane, None
         value = self._store.log.get(keys.log_key(q.id, lane, seq))
         if value is None or not self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                 value[PREFIX_SIZE:]):

@@ -45,6 +45,7 @@ class TagOps(TopicOps):
             if len(q.tags) >= MAX_TAGS:
                 raise TooManyTags(f"tag: queue {q.name!r} has {MAX_TAGS} tags")
             self._advance(q, now)
+            self._settle(q, now)  # what is gone by now is gone for the new tag too
             t = self._add_tag(q, tag, start_ms, start_seq, flt, now)
             return TagInfo(t.name, t.start_ms, t.filter, t.created)
 

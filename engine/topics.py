@@ -11,9 +11,9 @@ production order. The rules, as the engine applies them:
   without a row, to come back through the ``topics`` index when the head ends.
 - When the head ends (delete, dead, delete_by_id, expiry) the topic unlocks, and its
   successor in scope, if any:
-    1. Delayed and not yet taken from the delay index: arrives there when due;
-    2. not delayed and not yet reached by its lane cursor: the cursor brings it;
-    3. otherwise it was parked: it becomes Active again now (a LEASED row due now, count 0)
+    1. still Delayed: the delay index brings it when due;
+    2. otherwise it was parked (whether or not a cursor or the delay index had passed it):
+       it becomes Active again now (a LEASED row due now, count 0), ordered by that time,
        and the new head.
 - Topic messages all live in the default lane; queues without topics pay nothing.
 """
@@ -201,12 +201,14 @@ class TopicOps(CounterOps):
                     t.lock(topic_id, successor)
                     return
                 continue  # ended ahead of its turn
-            if self._pending(q, t, successor, enqueue_ms, visible_ms):
-                # A cursor or the delay index brings it; the gate lets it through then (its
-                # predecessor has ended). Nothing to remember meanwhile: memory stays with
-                # what is in flight, not with the number of topics.
+            if visible_ms > now and self._pending(q, t, successor, enqueue_ms, visible_ms):
+                # Still Delayed: the delay index brings it when due, and the gate lets it
+                # through then (its predecessor has ended). Nothing to remember meanwhile:
+                # memory stays with what is in flight, not with the number of topics.
                 return
-            # Parked: Active again from now, never delivered (count 0).
+            # Parked (passed by a cursor or the delay index, or waiting for them): Active
+            # again from now, ordered by this time (DESIGN.md §2 "Delivery order"), never
+            # delivered (count 0). The cursor and the delay index step over it (it has a row).
             t.lock(topic_id, successor)
             self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
             self._notify(q)

@@ -4,7 +4,9 @@ Everything here generates *raw* arguments as a client would pass them to ``Engin
 (send entries, durations, receipts-to-forge, queue attributes). Strategies never decide what the
 engine should answer: the tests' reference model does that from DESIGN.md §2.
 
-Scope: one or two queues, the ``default`` tag, no topics.
+Scope: the core machine (``test_model.py``: one or two queues, the ``default`` tag, no topics)
+and, at the end, the readers machine (``test_model_readers.py``: tags and their filters, topics,
+dead-letter queues, rewind).
 """
 
 from __future__ import annotations
@@ -183,3 +185,93 @@ engine_options = st.one_of(
     st.builds(dict, segment_max_messages=st.sampled_from([1, 2, 3, 7])),
     st.builds(dict, segment_max_age_ms=st.sampled_from([1, 1000, 5000])),
 )
+
+
+# -- readers: tags, topics, dead-letter queues, rewind, peek -----------------------------------
+#
+# The second machine (test_model_readers.py) needs send entries that tag filters can match and
+# topics that collide: attributes come from a small vocabulary of names and of values that are
+# equal across CBOR types (1, 1.0, True, "1", b"1"), topics from two names.
+
+#: Topic names of the readers machine (topics are compared exactly; no case rule applies).
+TOPICS = ("ta", "tb")
+
+#: Attribute names a tag filter may name (``DLQ.sourceQueue`` only on a DLQ's copies).
+FILTER_NAMES = ("k", "v")
+
+#: Values that differ only in CBOR type, so "same type" is what decides a match.
+FILTER_VALUES = (1, 1.0, True, "1", b"1", 2, False, 0)
+
+reader_attribute_values = st.sampled_from(FILTER_VALUES)
+
+reader_attributes = st.one_of(
+    st.dictionaries(st.sampled_from(FILTER_NAMES), reader_attribute_values, max_size=2),
+    st.dictionaries(st.sampled_from(FILTER_NAMES), reader_attribute_values, max_size=2).map(
+        lambda attrs: {**attrs, "other": 7}),
+)
+
+
+@st.composite
+def reader_valid_entries(draw: st.DrawFn) -> Any:
+    """A valid send entry: a body alone, or a map with attributes the filters look at, a topic
+    (never with a non-default priority), a priority or a delay."""
+    body = draw(bodies)
+    if draw(st.integers(0, 4)) == 0:
+        return body
+    entry: dict[int, Any] = {1: body}
+    if draw(st.integers(0, 2)) > 0:
+        entry[2] = draw(reader_attributes)
+    if draw(st.booleans()):
+        entry[3] = draw(st.sampled_from(TOPICS))
+        if draw(st.integers(0, 5)) == 0:
+            entry[4] = 8  # the default priority, given explicitly: allowed with a topic
+    elif draw(st.integers(0, 2)) == 0:
+        entry[4] = draw(st.sampled_from([1, 2, 8, 16]))
+    if draw(st.integers(0, 4)) == 0:
+        entry[5] = draw(st.sampled_from([0, 0.0004, 1, 1.5, 2]))
+    return entry
+
+
+#: Entries that break exactly one topic rule -> ``InvalidArgument``.
+invalid_topic_entries = st.sampled_from([
+    {1: b"x", 3: "ta", 4: 2}, {1: b"x", 3: "tb", 4: 16}, {1: b"x", 3: "ta", 4: 1},  # both
+    {1: b"x", 3: ""}, {1: b"x", 3: "t" * 129}, {1: b"x", 3: 5}, {1: b"x", 3: ["ta"]},
+])
+
+reader_entries = st.one_of(
+    reader_valid_entries(), reader_valid_entries(), reader_valid_entries(),
+    reader_valid_entries(), reader_valid_entries(), reader_valid_entries(),
+    invalid_topic_entries, invalid_entries,
+)
+
+reader_batches = st.lists(reader_entries, min_size=1, max_size=4)
+
+#: Tag names of the readers machine: "RED" names the same tag as "red" (names ignore case).
+TAG_NAMES = ("red", "Blue", "RED")
+
+
+@st.composite
+def tag_filters(draw: st.DrawFn, dlq: bool = False) -> dict[str, Any] | None:
+    """None, or a filter on 1-2 attributes (``null`` = present), match all / any / omitted."""
+    if draw(st.integers(0, 2)) == 0:
+        return None
+    names = FILTER_NAMES + (("DLQ.sourceQueue",) if dlq else ())
+    chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
+    attributes = {name: draw(st.none() | reader_attribute_values) for name in chosen}
+    flt: dict[str, Any] = {"attributes": attributes}
+    match = draw(st.sampled_from(["all", "any", None]))
+    if match is not None:
+        flt["match"] = match
+    return flt
+
+
+@st.composite
+def reader_queue_attributes(draw: st.DrawFn) -> dict[str, Any]:
+    """``queue_attributes`` plus a rewind window (0 = off) no longer than retention."""
+    attrs = draw(queue_attributes())
+    if draw(st.booleans()):
+        attrs["visibility_timeout"] = draw(st.sampled_from([1, 2]))  # leases run out
+    rewind = draw(st.sampled_from([0, 0, 30, 60]))
+    if rewind:
+        attrs["rewind"] = rewind
+    return attrs

@@ -6,19 +6,18 @@ the exact sequence of a receive, per-entry outcomes of delete / change_visibilit
 stats of ``get_queue``. The model is written from DESIGN.md §2, not from the engine's code.
 
 Scope (engine issue "core"): one or two queues, the ``default`` tag, no topics, no DLQ, no
-rewind; a fake clock; reopening the data directory.
+rewind; a fake clock; reopening the data directory. Tags, topics, dead-letter queues, rewind and
+peek are the readers machine's (``test_model_readers.py``, model in ``model.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-import cbor2
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -37,7 +36,6 @@ from lamina.engine import (
     InvalidArgument,
     InvalidReceipt,
     LaminaError,
-    MessageTooLarge,
     QueueFull,
     QueueNotFound,
     Sent,
@@ -47,120 +45,31 @@ from lamina.engine import (
 
 try:  # tests/engine is a package
     from . import strategies as S
+    from .model import (
+        DEFAULTS,
+        MAX_VISIBILITY_S,
+        Invalid,
+        Parsed,
+        error_name,
+        floor_ms,
+        is_number,
+        parse_entry,
+        typed,
+    )
 except ImportError:  # rootdir-relative import (tests/engine on sys.path)
     import strategies as S  # type: ignore[no-redef]
+    from model import (  # type: ignore[no-redef]
+        DEFAULTS, MAX_VISIBILITY_S, Invalid, Parsed, error_name, floor_ms, is_number,
+        parse_entry, typed)
 
 START_MS = 1_700_000_000_000
 
 # ----------------------------------------------------------------------------------------------
-# The reference model (DESIGN.md §2), deliberately naive: lists and linear scans.
+# The reference model (DESIGN.md §2), deliberately naive: lists and linear scans. The entry
+# rules and helpers are shared with the readers machine (model.py).
 # ----------------------------------------------------------------------------------------------
 
-DEFAULTS = {
-    "visibility_timeout": 30, "polling_wait": 0, "max_message_size": 262144,
-    "retention": 345600, "delay": 0, "max_messages": 100_000_000, "rewind": 0,
-    "redrive": None,
-}
-MAX_DELAY_S = 30 * 86400
-MAX_VISIBILITY_S = 43200
-
 NEW, LEASED, ENDED = "never-delivered", "leased", "ended"
-
-
-def floor_ms(seconds: int | float) -> int:
-    """DESIGN.md §2: a duration in seconds becomes milliseconds by ``floor(s * 1000)``."""
-    return math.floor(seconds * 1000)
-
-
-def is_number(value: object) -> bool:
-    return type(value) is int or (type(value) is float and math.isfinite(value))
-
-
-def is_int(value: object) -> bool:
-    return type(value) is int  # booleans are never integers
-
-
-class Invalid(Exception):
-    """The model's verdict that an entry is refused, with the error class expected."""
-
-    def __init__(self, error: type[LaminaError]):
-        super().__init__(error.__name__)
-        self.error = error
-
-
-def body_bytes(body: object) -> bytes:
-    if type(body) is bytes:
-        data = body
-    elif type(body) is str:
-        data = body.encode("utf-8")
-    else:
-        raise Invalid(InvalidArgument)
-    if not data:
-        raise Invalid(InvalidArgument)
-    return data
-
-
-def check_attributes(attributes: object) -> dict[str, Any]:
-    """DESIGN.md §2: up to 64 attributes, names 1-128 bytes (``DLQ.`` reserved), values
-    text / bytes / int (CBOR range) / finite float / bool."""
-    if not isinstance(attributes, dict) or len(attributes) > 64:
-        raise Invalid(InvalidArgument)
-    for name, value in attributes.items():
-        if type(name) is not str or not 1 <= len(name.encode()) <= 128:
-            raise Invalid(InvalidArgument)
-        if name.startswith("DLQ."):
-            raise Invalid(InvalidArgument)
-        if type(value) in (str, bytes, bool):
-            continue
-        if type(value) is int and -(1 << 64) <= value <= (1 << 64) - 1:
-            continue
-        if type(value) is float and math.isfinite(value):
-            continue
-        raise Invalid(InvalidArgument)
-    return attributes
-
-
-@dataclass
-class Parsed:
-    body: bytes | str
-    data: bytes
-    attributes: dict[str, Any] | None
-    priority: int
-    delay_ms: int
-
-
-def parse_entry(raw: object, attrs: dict[str, Any]) -> Parsed:
-    """A send entry of PROTOCOL.md §4 for a queue with attributes ``attrs``, or ``Invalid``."""
-    if type(raw) in (bytes, str):
-        parsed = Parsed(raw, body_bytes(raw), None, 8, attrs["delay"] * 1000)  # type: ignore
-    elif isinstance(raw, dict):
-        if any(type(key) is not int or key not in (1, 2, 3, 4, 5) for key in raw):
-            raise Invalid(InvalidArgument)
-        if 1 not in raw:
-            raise Invalid(InvalidArgument)
-        data = body_bytes(raw[1])
-        attributes = check_attributes(raw[2]) if raw.get(2) is not None else None
-        assert raw.get(3) is None, "topics are out of this model's scope"
-        priority = 8
-        if raw.get(4) is not None:
-            if not is_int(raw[4]) or not 1 <= raw[4] <= 16:
-                raise Invalid(InvalidArgument)
-            priority = raw[4]
-        delay_ms = attrs["delay"] * 1000
-        if raw.get(5) is not None:
-            if not is_number(raw[5]) or not 0 <= raw[5] <= MAX_DELAY_S:
-                raise Invalid(InvalidArgument)
-            delay_ms = floor_ms(raw[5])
-            if delay_ms >= attrs["retention"] * 1000:
-                raise Invalid(InvalidArgument)
-        parsed = Parsed(raw[1], data, attributes, priority, delay_ms)
-    else:
-        raise Invalid(InvalidArgument)
-    size = len(parsed.data) + (len(cbor2.dumps(parsed.attributes))
-                               if parsed.attributes is not None else 0)
-    if size > attrs["max_message_size"]:
-        raise Invalid(MessageTooLarge)
-    return parsed
 
 
 @dataclass
@@ -271,19 +180,6 @@ class Issued:
     seq: int
     lease: int
     raw: bytes
-
-
-def typed(value: Any) -> Any:
-    """A comparable form that tells ``True`` from ``1`` and ``1.0``, bytes from text."""
-    if isinstance(value, dict):
-        return {typed(k): typed(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [typed(v) for v in value]
-    return (type(value).__name__, value)
-
-
-def error_name(result: object) -> str:
-    return type(result).__name__ if isinstance(result, LaminaError) else "ok"
 
 
 # ----------------------------------------------------------------------------------------------
