@@ -4,9 +4,7 @@ dead-letter queues, rewind, peek).
 
 Written from DESIGN.md, not from the engine's code, and deliberately naive: lists, linear scans
 and recomputation from scratch. Where DESIGN.md leaves a choice open the model takes one and
-says so (search for "open:"); where the engine's answer is history-dependent in a way the
-design does not allow, the model knows the engine's alternative only as a tolerance that a
-test can turn off (``STRICT``), and a focused test in ``test_model_readers.py`` shows it.
+says so (search for "open:"); the model tolerates no other answer from the engine.
 
 Vocabulary (DESIGN.md §2): per tag a message is Active, Inflight, Delayed, Parked or Ended;
 Expired for everyone. ``TagMsg.status`` is what the tag did to it (never-delivered, leased,
@@ -17,19 +15,13 @@ from the status, the clock and the other messages of its topic.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import cbor2
 
 from lamina.engine import InvalidArgument, LaminaError, MessageTooLarge
-
-#: With ``LAMINA_MODEL_STRICT=1`` the readers machine checks delivery order exactly as DESIGN.md
-#: says, without the tolerance for the engine's known deviations (see ``Model.orders``).
-STRICT = os.environ.get("LAMINA_MODEL_STRICT", "") not in ("", "0")
 
 DEFAULTS = {
     "visibility_timeout": 30, "polling_wait": 0, "max_message_size": 262144,
@@ -206,9 +198,9 @@ class TagMsg:
     taken: bool = False         # delivered since it last became never-delivered
     copy: Any = None            # DEAD: (dlq, copy ModelMessage), or the PendingCopy
 
-    def key(self, m: ModelMessage, engine: bool = False) -> tuple[int, int, int]:
+    def key(self, m: ModelMessage) -> tuple[int, int, int]:
         """(group, time or priority, seq): Active again (group 0) before never-delivered."""
-        if self.unpark is not None and not engine:
+        if self.unpark is not None:
             return (0, self.unpark, m.seq)
         if self.base is None:
             return (1, m.priority, m.seq)
@@ -262,7 +254,7 @@ class PendingCopy:
     count: int
     dead_time: int
     entry: TagMsg
-    optional: bool = False      # the engine may or may not make this move (see apply_moves)
+    optional: bool = False      # open: the engine may or may not make this move (apply_moves)
 
 
 class ModelQueue:
@@ -436,10 +428,8 @@ class Model:
         open: a lease that ends in the very ms its message expires may move or not (the
         engine does not).
 
-        A message that expired before its lease ended is not moved (it is gone for everyone);
-        unless ``STRICT`` the move is optional: the engine makes it when no operation on the
-        queue came between the expiry and the lease's end
-        (``test_expired_message_is_not_dead_lettered``)."""
+        A message that expired before its lease ended is not moved (it is gone for everyone;
+        ``test_expired_message_is_not_dead_lettered``)."""
         for q in self.queues.values():
             if self.dlq_of(q) is None:
                 continue
@@ -452,7 +442,7 @@ class Model:
                             and x.count >= max_receives and t.scope(m)):
                         if m.seq >= expired_now:
                             self.move(q, t, m, at)
-                        elif m.seq >= expired_before or not STRICT:
+                        elif m.seq >= expired_before:
                             self.move(q, t, m, at, optional=True)
 
     # -- changes -----------------------------------------------------------------------------
@@ -521,9 +511,9 @@ class Model:
             if not match.dead_time <= record.enqueue_time <= self.now:
                 problems.append(f"DLQ copy of {m.id} enqueued at {record.enqueue_time}, "
                                 f"outside [{match.dead_time}, {self.now}]")
-            if last_dead is not None and match.dead_time < last_dead and STRICT:
-                # "moved — at that moment": copies follow the moves' order; the engine makes
-                # those due by now tag after tag (test_dead_letters_follow_the_moves_order)
+            if last_dead is not None and match.dead_time < last_dead:
+                # "moved — at that moment": copies follow the moves' order, across tags too
+                # (test_dead_letters_follow_the_moves_order)
                 problems.append(f"DLQ copies out of move order: dead_time {match.dead_time} "
                                 f"after {last_dead}")
             last_dead = match.dead_time
@@ -618,37 +608,24 @@ class Model:
         everything below is Expired, or below the last purge, or Ended for every tag and
         produced before ``now - rewind`` (a dead-lettered message only once its DLQ copy is
         Ended for the DLQ's default tag or gone).
+        Both bounds are that value today (the engine must reach it after every operation);
+        they never fall below ``q.gone``, the value the engine was last seen at (watermarks
+        only increase)."""
+        high = self.gone_formula(q, now)
+        return max(q.gone, high), max(q.gone, high)
 
-        ``low`` equals ``high`` when ``STRICT``; otherwise it also counts a message sent with a
-        delay as held by every tag that has not received it since it became never-delivered
-        (filtered out, before the tag's start, deleted by id): the engine keeps such messages
-        until a receive on that tag walks its delay position past them
-        (``test_delayed_message_deleted_by_id_is_gone``), and after a reopen such a message
-        holds the watermark even once it is gone itself. Both never fall below ``q.gone``,
-        the value the engine was last seen at (watermarks only increase)."""
-        high = self.gone_formula(q, now, lenient=False)
-        low = high if STRICT else self.gone_formula(q, now, lenient=True)
-        return max(q.gone, low), max(q.gone, high)
-
-    def gone_formula(self, q: ModelQueue, now: int, lenient: bool) -> int:
+    def gone_formula(self, q: ModelQueue, now: int) -> int:
         expired = q.expired_seq(now)
         start = max(q.gone, q.purge, expired)
         floor = q.next_seq
-        # lenient: after a reopen even a gone delayed message holds the watermark where it is
-        # (test_reopen_does_not_pin_the_watermark_on_an_expired_delayed_message)
-        for m in q.messages[q.purge if lenient else start:]:
-            if m.seq < start and not (m.sent_delayed and any(
-                    not self.view(t, m).taken for t in q.tags.values())):
-                continue
-            if not all(self.ended_for_gone(t, m, lenient) for t in q.tags.values()):
+        for m in q.messages[start:]:
+            if not all(self.ended_for_gone(t, m) for t in q.tags.values()):
                 floor = m.seq
                 break
         bound = q.first_seq_at(now - q.attrs["rewind"] * 1000)
         return max(q.gone, expired, q.purge, min(floor, bound))
 
-    def ended_for_gone(self, t: ModelTag, m: ModelMessage, lenient: bool = False) -> bool:
-        if lenient and m.sent_delayed and not self.view(t, m).taken:
-            return False
+    def ended_for_gone(self, t: ModelTag, m: ModelMessage) -> bool:
         if not t.scope(m):
             return True
         x = self.view(t, m)
@@ -680,27 +657,13 @@ class Model:
 
     # -- what a receive, a peek, the stats see ---------------------------------------------
 
-    def orders(self, q: ModelQueue, t: ModelTag, now: int, count: int
-               ) -> list[list[ModelMessage]]:
+    def order(self, q: ModelQueue, t: ModelTag, now: int, count: int) -> list[ModelMessage]:
         """What ``receive(max=count)`` returns now (DESIGN.md §2 "Delivery order"): Active
-        again by (time it became Active, seq), then never-delivered by (priority, seq); at most
-        one per topic (the topic rule leaves one Active per topic).
-
-        The first list is DESIGN.md's answer. Unless ``STRICT``, the others are what the engine
-        may answer instead when a message became Active because its topic let it go: the
-        engine may order it as if it had never been Parked (by priority, by its delay's end,
-        by its lease's end) unless a receive had passed it while it was parked
-        (``test_unparked_successor_is_active_again`` shows it)."""
+        again by (time it became Active, seq) — a message its topic let go counts from then
+        (``test_unparked_successor_is_active_again``) — then never-delivered by (priority,
+        seq); at most one per topic (the topic rule leaves one Active per topic)."""
         active = [(m, x) for m, x, cat in self.categories(q, t, now) if cat == ACTIVE]
-        ambiguous = [] if STRICT else [m for m, x in active if x.unpark is not None][:6]
-        results: list[list[ModelMessage]] = []
-        for choice in itertools.product((False, True), repeat=len(ambiguous)):
-            as_engine = {m.seq for m, alt in zip(ambiguous, choice) if alt}
-            order = [m for m, _ in sorted(active, key=lambda e: e[1].key(
-                e[0], engine=e[0].seq in as_engine))]
-            if order[:count] not in results:
-                results.append(order[:count])
-        return results
+        return [m for m, _ in sorted(active, key=lambda e: e[1].key(e[0]))][:count]
 
     def peek_state(self, x: TagMsg, cat: str) -> str:
         if x.status == DELETED:
@@ -710,23 +673,18 @@ class Model:
         return cat
 
     def tag_stats(self, q: ModelQueue, t: ModelTag, now: int) -> dict[str, Any]:
-        """DESIGN.md §8 per tag. ``lags``: the acceptable values of ``lag`` (the production
-        time of the oldest message not Ended for the tag), DESIGN.md's first; unless
-        ``STRICT`` also the engine's, which counts a dead-lettered message whose DLQ copy is
-        alive as not Ended (``test_lag_skips_dead_lettered_messages``)."""
+        """DESIGN.md §8 per tag; ``lag`` is the production time of the oldest message not
+        Ended for the tag (a dead letter is Ended even while its DLQ copy is alive:
+        ``test_lag_skips_dead_lettered_messages``)."""
         counts = {ACTIVE: 0, INFLIGHT: 0, DELAYED: 0, PARKED: 0}
-        lag = held = None
+        lag = None
         for m, x, cat in self.categories(q, t, now):
             if cat in counts:
                 counts[cat] += 1
             if lag is None and x.status not in (DELETED, DEAD):
                 lag = m.enqueue
-            if held is None and (x.status not in (DELETED, DEAD) or (
-                    x.status == DEAD and not self.copy_ended(x.copy))):
-                held = m.enqueue
         return {"active": counts[ACTIVE], "inflight": counts[INFLIGHT],
-                "delayed": counts[DELAYED], "parked": counts[PARKED],
-                "lags": [lag] if STRICT else [lag, held]}
+                "delayed": counts[DELAYED], "parked": counts[PARKED], "lag": lag}
 
     def stats(self, q: ModelQueue, now: int) -> dict[str, Any]:
         """The figures of ``get_queue`` with ``gone_seq`` at ``q.gone`` (learn it first)."""

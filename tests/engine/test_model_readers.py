@@ -55,7 +55,6 @@ try:  # tests/engine is a package
         INFLIGHT,
         LEASED,
         MAX_VISIBILITY_S,
-        STRICT,
         Invalid,
         Model,
         ModelMessage,
@@ -71,7 +70,7 @@ try:  # tests/engine is a package
 except ImportError:  # rootdir-relative import (tests/engine on sys.path)
     import strategies as S  # type: ignore[no-redef]
     from model import (  # type: ignore[no-redef]
-        DEAD, DEFAULTS, DELETED, INFLIGHT, LEASED, MAX_VISIBILITY_S, STRICT, Invalid, Model,
+        DEAD, DEFAULTS, DELETED, INFLIGHT, LEASED, MAX_VISIBILITY_S, Invalid, Model,
         ModelMessage, ModelQueue, ModelTag, Parsed, error_name, floor_ms, is_number,
         parse_entry, typed)
 
@@ -270,11 +269,6 @@ class ReadersMachine(RuleBasedStateMachine):
     def send(self, index: int, entries: list[Any]) -> None:
         self.sync()
         q, now = self.queue(index), self.now
-        if not STRICT:
-            # A delayed topic message loses its topic's head once a peek or get_queue looked
-            # (test_peek_before_receive_does_not_lose_the_topic_head): not sent by default.
-            entries = [{**e, 5: 0} if isinstance(e, dict) and e.get(3) in S.TOPICS else e
-                       for e in entries]
         self.pin(q)
         capacity = q.attrs["max_messages"] - (q.next_seq - q.gone)
         expected: list[Parsed | type[LaminaError]] = []
@@ -321,16 +315,14 @@ class ReadersMachine(RuleBasedStateMachine):
             return []
         visibility_ms = (q.attrs["visibility_timeout"] * 1000 if visibility is None
                          else floor_ms(visibility))
-        options = self.model.orders(q, t, now, count)
+        chosen = self.model.order(q, t, now, count)
         got = self.engine.receive(q.name, tag=name, max=count, **kwargs)
         ids = [d.id for d in got]
-        chosen = next((o for o in options if [m.id for m in o] == ids), None)
-        assert chosen is not None, (
+        assert ids == [m.id for m in chosen], (
             f"receive on {q.name}/{t.name} max={count}: got seqs "
-            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in options[0]]}"
-            + (f" (or {[[m.seq for m in o] for o in options[1:]]})" if options[1:] else ""))
-        if chosen is not options[0]:
-            event("receive: the engine's order for a message its topic let go")
+            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in chosen]}")
+        if any(self.model.view(t, m).unpark is not None for m in chosen):
+            event("receive: a message its topic let go")
         event(f"receive: {min(len(got), 2)}{'+' if len(got) >= 2 else ''} delivered")
         for m, d in zip(chosen, got):
             assert isinstance(d, Delivery)
@@ -497,13 +489,7 @@ class ReadersMachine(RuleBasedStateMachine):
     def create_tag(self, index: int, data: st.DataObject, name: str, start: str) -> None:
         self.sync()
         q, now = self.queue(index), self.now
-        if STRICT:
-            self.pin(q)
-        else:
-            # The engine does not bring gone_seq to now before it creates a tag: a tag starting
-            # before now would see messages gone since the last operation on the queue
-            # (test_new_tag_does_not_see_a_message_gone_by_time). get_queue settles it first.
-            self.check_stats(q)
+        self.pin(q)  # a new tag does not see what is gone by now
         flt = data.draw(S.tag_filters(dlq=index == 1), label="filter")
         if start == "past":
             arg: Any = now - data.draw(st.integers(0, 10_000), label="ms before now")
@@ -706,14 +692,13 @@ class ReadersMachine(RuleBasedStateMachine):
             with pytest.raises(TagNotFound):
                 self.engine.peek(q.name, tag=name, max=count)
             return
-        options = self.model.orders(q, t, now, count)
+        chosen = self.model.order(q, t, now, count)
         page = self.engine.peek(q.name, tag=name, max=count)
         assert page.next is None
         ids = [p.message.id for p in page.messages]
-        chosen = next((o for o in options if [m.id for m in o] == ids), None)
-        assert chosen is not None, (
+        assert ids == [m.id for m in chosen], (
             f"peek on {q.name}/{t.name} max={count}: got seqs "
-            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in options[0]]}")
+            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in chosen]}")
         for m, p in zip(chosen, page.messages):
             x = self.model.view(t, m)
             assert (p.state, p.dequeue_count, p.first_dequeue_time, p.next_visible_time) == \
@@ -831,15 +816,10 @@ class ReadersMachine(RuleBasedStateMachine):
             m = q.by_id(message_id)
             if m is None:
                 expected.append({"MessageNotFound"})
-            elif m.seq < q.gone_high and not t.scope(m):
-                # open: a gone message outside the tag's start or filter may answer either
-                expected.append({"ok", "MessageNotFound"})
             elif m.seq < q.gone:
-                # a gone message of the tag's scope answers null; the engine answers
-                # MessageNotFound when it was gone when a tag with a start in ms was created
-                # (test_gone_message_inside_a_new_tags_start_is_null)
-                lenient = not STRICT and t.start_ms and m.seq < t.gone_at_creation
-                expected.append({"ok", "MessageNotFound"} if lenient else {"ok"})
+                # below gone_seq: null for any tag, its scope aside (the record may be
+                # collected; test_gone_message_inside_a_new_tags_start_is_null)
+                expected.append({"ok"})
             elif not t.scope(m):
                 expected.append({"MessageNotFound"})
             else:
@@ -910,10 +890,8 @@ class ReadersMachine(RuleBasedStateMachine):
             if not got["approximate"]:
                 keys += ["active", "parked"]
             assert {k: got[k] for k in keys} == {k: tag[k] for k in keys}, f"{where}, tag {name}"
-            assert got["lag"] in tag["lags"], \
-                f"{where}, tag {name}: lag {got['lag']}, want {tag['lags'][0]}"
-            if got["lag"] != tag["lags"][0]:
-                event("stats: the engine's lag for a dead letter")
+            assert got["lag"] == tag["lag"], \
+                f"{where}, tag {name}: lag {got['lag']}, want {tag['lag']}"
         if q.gone > q.expired_seq(self.now):
             event("stats: ended messages gone")
 
@@ -941,9 +919,9 @@ TestReadersModel = ReadersMachine.TestCase
 
 
 # ----------------------------------------------------------------------------------------------
-# Where the engine disagrees with DESIGN.md: minimal examples of what the machine found. Each
-# one fails until the engine is fixed; the machine steers around (or tolerates) the same cases
-# unless LAMINA_MODEL_STRICT=1, so that it keeps checking everything else.
+# Minimal examples of what the machine found where the engine disagreed with DESIGN.md, kept as
+# regression tests. Each docstring describes the engine's behaviour before the fix; a "was:"
+# comment gives its old answer.
 # ----------------------------------------------------------------------------------------------
 
 
@@ -968,7 +946,7 @@ def test_peek_before_receive_does_not_lose_the_topic_head(engine, clock):
     head, _, _ = engine.send("q", [{1: b"head", 3: "t"}, {1: b"late", 3: "t", 5: 1},
                                    {1: b"third", 3: "t"}])
     engine.get_queue("q")  # or peek(start=...), peek(ids=...)
-    assert [d.body for d in engine.receive("q", max=5)] == [b"head"]   # engine: []
+    assert [d.body for d in engine.receive("q", max=5)] == [b"head"]   # was: []
     clock.advance(1000)
     assert engine.peek("q", ids=[head.id]).messages[0].state == "inflight"
 
@@ -984,7 +962,7 @@ def test_unparked_successor_is_active_again(engine, clock):
     assert engine.get_queue("q").stats["tags"]["default"]["parked"] == 1
     clock.advance(5)
     engine.delete("q", [t1.receipt])
-    assert [d.body for d in engine.receive("q", max=5)] == [b"t2", b"a"]  # engine: a, t2
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t2", b"a"]  # was: a, t2
 
 
 def test_delayed_message_deleted_by_id_is_gone(engine, clock):
@@ -997,9 +975,9 @@ def test_delayed_message_deleted_by_id_is_gone(engine, clock):
     clock.advance(1)
     assert engine.delete_by_id("q", [sent.id]) == [None]
     clock.advance(1)
-    assert engine.get_queue("q").stats["messages"] == 0               # engine: 1
+    assert engine.get_queue("q").stats["messages"] == 0               # was: 1
     assert isinstance(engine.peek("q", ids=[sent.id]).messages[0], MessageNotFound)
-    assert isinstance(engine.send("q", [b"b"])[0], Sent)               # engine: QueueFull
+    assert isinstance(engine.send("q", [b"b"])[0], Sent)               # was: QueueFull
 
 
 def test_delayed_message_a_filter_skips_is_gone(engine, clock):
@@ -1011,7 +989,7 @@ def test_delayed_message_a_filter_skips_is_gone(engine, clock):
     clock.advance(1000)
     assert engine.delete("q", [engine.receive("q")[0].receipt]) == [None]
     clock.advance(1)
-    assert engine.get_queue("q").stats["messages"] == 0               # engine: 1
+    assert engine.get_queue("q").stats["messages"] == 0               # was: 1
 
 
 def test_gone_message_inside_a_new_tags_start_is_null(tmp_path, clock):
@@ -1029,7 +1007,7 @@ def test_gone_message_inside_a_new_tags_start_is_null(tmp_path, clock):
     clock.advance(1)
     assert engine.get_queue("q").stats["messages"] == 1               # a is gone
     engine.create_tag("q", "t", start=a.enqueue_time)
-    assert engine.delete_by_id("q", [a.id], tag="t") == [None]       # engine: MessageNotFound
+    assert engine.delete_by_id("q", [a.id], tag="t") == [None]       # was: MessageNotFound
     engine.close()
 
 
@@ -1044,7 +1022,7 @@ def test_lag_skips_dead_lettered_messages(engine, clock):
     assert engine.dead("src", [engine.receive("src")[0].receipt]) == [None]
     stats = engine.get_queue("src").stats
     assert stats["messages"] == 1  # kept for redrive, as the watermark rule says
-    assert stats["tags"]["default"]["lag"] is None                    # engine: START_MS
+    assert stats["tags"]["default"]["lag"] is None                    # was: START_MS
 
 
 def test_new_tag_does_not_see_a_message_gone_by_time(engine, clock):
@@ -1057,8 +1035,8 @@ def test_new_tag_does_not_see_a_message_gone_by_time(engine, clock):
     assert engine.delete("q", [engine.receive("q")[0].receipt]) == [None]
     clock.advance(1000)
     engine.create_tag("q", "late", start="oldest")
-    assert engine.receive("q", tag="late") == []                      # engine: m
-    assert engine.get_queue("q").stats["messages"] == 0               # engine: 1
+    assert engine.receive("q", tag="late") == []                      # was: m
+    assert engine.get_queue("q").stats["messages"] == 0               # was: 1
 
 
 def test_dead_letters_follow_the_moves_order(engine, clock):
@@ -1075,7 +1053,7 @@ def test_dead_letters_follow_the_moves_order(engine, clock):
     engine.receive("src", tag="b", visibility_timeout=2)
     clock.advance(6000)
     copies = engine.receive("dlq", max=5)
-    assert [c.message.dead[1] for c in copies] == ["b", "default"]    # engine: default, b
+    assert [c.message.dead[1] for c in copies] == ["b", "default"]    # was: default, b
 
 
 def test_expired_message_is_not_dead_lettered(engine, clock):
@@ -1089,7 +1067,7 @@ def test_expired_message_is_not_dead_lettered(engine, clock):
     clock.advance(59_000)
     engine.receive("src", visibility_timeout=5)  # lease ends at +64 s; m expires after +60 s
     clock.advance(6_000)
-    assert engine.receive("dlq", max=5) == []   # engine: the copy, dead_time +64 s
+    assert engine.receive("dlq", max=5) == []   # was: the copy, dead_time +64 s
 
 
 def test_reopen_does_not_pin_the_watermark_on_an_expired_delayed_message(tmp_path, clock):
@@ -1108,5 +1086,5 @@ def test_reopen_does_not_pin_the_watermark_on_an_expired_delayed_message(tmp_pat
     engine.send("q", [b"a", b"b"])
     clock.advance(1000)
     assert engine.delete("q", [engine.receive("q")[0].receipt]) == [None]
-    assert engine.get_queue("q").stats["messages"] == 1               # engine: 2
+    assert engine.get_queue("q").stats["messages"] == 1               # was: 2
     engine.close()
