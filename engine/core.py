@@ -36,6 +36,7 @@ from .state import (
     ENDED_DEAD,
     LANE_RANGE,
     LEASED,
+    NO_DELAYED,
     Lease,
     QueueState,
     Segment,
@@ -396,7 +397,7 @@ class EngineCore:
                     self._holds_delayed(q, t, seq, visible) for t in tags):
                 q.delayseq_from = seq
                 return seq
-        q.delayseq_from = q.next_seq
+        q.delayseq_from = NO_DELAYED  # until a delayed send, a new tag or a rewind lowers it
         return q.next_seq
 
     def _holds_delayed(self, q: QueueState, t: TagState, seq: int, visible: int) -> bool:
@@ -604,6 +605,7 @@ class EngineCore:
         if revisited or self._still_ahead(q, t, seq, lease.lane):
             self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lease.lane, 0, lease.count,
                                                lease.first, 0), lease.due)
+            self._cursor_off(q, t, seq, lease.lane)
         else:
             del t.leases[seq]
             store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
@@ -611,10 +613,19 @@ class EngineCore:
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
 
+    def _cursor_off(self, q: QueueState, t: TagState, seq: int, lane: int) -> None:
+        """``seq`` just got an ENDED row: a cursor resting on it moves on to a message it
+        still has to pass (TagState invariant; the floors read cursors as they are)."""
+        if t.cursors[lane] == seq:
+            self._snap_cursor(q, t, lane)
+            store = self._store
+            store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+
     def _still_ahead(self, q: QueueState, t: TagState, seq: int, lane: int) -> bool:
         """Whether a lane cursor or the delay index has yet to pass ``seq`` for ``t`` (a
-        leased message can be there only after a rewind)."""
-        if seq < t.cursors[lane] and not (t.rewind_seq and seq >= t.rewind_seq):
+        leased message can be there only after a rewind that moved the delay position back,
+        which sets ``rewind_vt``; ``rewind_seq`` may be 0)."""
+        if seq < t.cursors[lane] and not (t.rewind_vt and seq >= t.rewind_seq):
             return False
         value = self._store.log.get(keys.log_key(q.id, lane, seq))
         if value is None:

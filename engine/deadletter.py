@@ -209,10 +209,7 @@ class DeadLetterOps(CounterOps):
                           old.due if old is not None else None)
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
-        if t.cursors[lane] == seq:  # keep the cursor on a message it still has to pass
-            self._snap_cursor(q, t, lane)
-            store = self._store
-            store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+        self._cursor_off(q, t, seq, lane)
 
     @staticmethod
     def _dead_letter_entry(body: Any, body_bytes: bytes, attributes: dict[str, Any],

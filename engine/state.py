@@ -35,6 +35,7 @@ ENDED_AHEAD = 2  # ended (deleted by id) before any cursor reached it
 ENDED_DEAD = 3   # dead-lettered; kept until gone_seq passes so peek can say "dead";
                  # ``due`` holds the DLQ's queue id and ``number`` the seq of the DLQ copy
 
+NO_DELAYED = 1 << 63  # QueueState.delayseq_from when no tag holds a delayed message
 # The prefix's topic field: 0 no topic; 1 .. 2^31-1 a topic id; DEAD_MARK | tag id marks a
 # dead-letter copy and names the tag it died under (so redrive never decodes other records).
 DEAD_MARK = 0x80000000
@@ -192,7 +193,7 @@ class QueueState:
     segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
     tags: dict[int, TagState] = field(default_factory=dict)
     tag_names: dict[str, int] = field(default_factory=dict)  # lower-cased name -> tag id
-    delayseq_from: int = 0           # every delayseq entry below it is passed by every tag
+    delayseq_from: int = 0           # no tag holds a delayseq entry below it (NO_DELAYED: none)
     next_delay_wake: int = -1        # earliest pending delay end registered for wake-ups
     next_expiry: int = -1            # earliest lease deadline registered for dead-letter moves
 

@@ -86,6 +86,42 @@ class Scan:
         self.prev = it.prev
 
 
+class RangeReader:
+    """One iterator over a fixed key range, reused for many short walks inside it: creating
+    an iterator (with its read options) costs several times a seek. An iterator reads the
+    state of its creation, so ``Store`` drops its readers whenever it writes. One walk at a
+    time: a new walk moves the iterator under the previous one."""
+
+    __slots__ = ("_options", "_it")
+
+    def __init__(self, family: Rdict, lower: bytes, upper: bytes):
+        self._options = _bounds(lower, upper)
+        self._it = family.iter(self._options)
+
+    def forward(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Items with ``lower <= key < upper``, ascending."""
+        it = self._it
+        it.seek(lower)
+        while it.valid():
+            key = it.key()
+            if key >= upper:
+                return
+            yield key, it.value()
+            it.next()
+
+    def backward(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Items with ``lower <= key < upper``, descending."""
+        it = self._it
+        it.seek_for_prev(upper)
+        while it.valid():
+            key = it.key()
+            if key < lower:
+                return
+            if key < upper:
+                yield key, it.value()
+            it.prev()
+
+
 class Store:
     """Column families plus the pending write batch."""
 
@@ -112,6 +148,7 @@ class Store:
         self._write_options.sync = False
         self.batch = WriteBatch(raw_mode=True)
         self.pending = 0  # operations in ``batch`` not yet written
+        self._readers: dict[tuple[int, bytes], RangeReader] = {}
 
     # -- the write path -------------------------------------------------------------------
 
@@ -132,6 +169,7 @@ class Store:
         if self.pending:
             batch, self.batch = self.batch, WriteBatch(raw_mode=True)
             self.pending = 0
+            self._readers.clear()
             self.db.write(batch, self._write_options)
 
     def discard(self) -> None:
@@ -155,6 +193,14 @@ class Store:
         exclusive."""
         return Scan(family, lower, upper, last)
 
+    def reader(self, family: Rdict, lower: bytes, upper: bytes) -> RangeReader:
+        """The reusable iterator over ``[lower, upper)`` of ``family``, until the next write."""
+        key = (id(family), lower)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers[key] = RangeReader(family, lower, upper)
+        return reader
+
     @staticmethod
     def items(family: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         it = Scan(family, lower, upper, False)
@@ -174,6 +220,7 @@ class Store:
             it.next()
 
     def close(self) -> None:
+        self._readers.clear()
         for name in COLUMN_FAMILIES:  # column family handles keep the database open
             for attribute in (name, f"{name}_h"):
                 if hasattr(self, attribute):

@@ -11,10 +11,12 @@ production order. The rules, as the engine applies them:
   without a row, to come back through the ``topics`` index when the head ends.
 - When the head ends (delete, dead, delete_by_id, expiry) the topic unlocks, and its
   successor in scope, if any:
-    1. still Delayed: the delay index brings it when due;
-    2. otherwise it was parked (whether or not a cursor or the delay index had passed it):
-       it becomes Active again now (a LEASED row due now, count 0), ordered by that time,
-       and the new head.
+    1. Delayed and not yet taken from the delay index: arrives there when due;
+    2. not delayed and not yet reached by its lane cursor: the cursor brings it, in
+       never-delivered order (docs/STORAGE.md: a row for it would make memory grow with the
+       backlog ahead of the cursor);
+    3. otherwise it was parked: it becomes Active again now (a LEASED row due now, count 0),
+       ordered by that time, and the new head.
 - Topic messages all live in the default lane; queues without topics pay nothing.
 """
 
@@ -31,7 +33,7 @@ from .counters import CounterOps
 from .errors import InvalidArgument
 from .records import PREFIX_SIZE
 from .state import DEFAULT_LANE, LEASED, Lease, QueueState, TagState
-from .store import Store
+from .store import RangeReader
 from .validation import check_attribute_value
 
 _TOPIC_VALUE = struct.Struct(">QQ")
@@ -109,6 +111,11 @@ class TopicOps(CounterOps):
             cache.popitem(last=False)
         return topic_id
 
+    def _topic_reader(self, q: QueueState) -> RangeReader:
+        """Walks of ``q``'s topics index share one iterator (the gate and the successor search
+        run once per topic message received or ended)."""
+        return self._store.reader(self._store.topics, *keys.queue_bounds(q.id))
+
     def _index_topic(self, q: QueueState, topic_id: int, seq: int, enqueue_ms: int,
                      visible_ms: int) -> None:
         store = self._store
@@ -154,11 +161,10 @@ class TopicOps(CounterOps):
             return head == seq
         earliest = None
         lower = keys.topic_key(q.id, topic_id, max(q.gone_seq, t.start_seq))
-        it = Store.scan(self._store.topics, lower, keys.topic_key(q.id, topic_id, seq),
-                        last=True)
-        while it.valid():
-            previous = keys.topic_key_decode(it.key())[2]
-            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(it.value())
+        upper = keys.topic_key(q.id, topic_id, seq)
+        for key, value in self._topic_reader(q).backward(lower, upper):
+            previous = keys.topic_key_decode(key)[2]
+            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
             if self._topic_in_scope(q, t, previous, enqueue_ms):
                 lease = t.leases.get(previous)
                 if lease is not None:
@@ -169,7 +175,6 @@ class TopicOps(CounterOps):
                     earliest = previous
                 else:
                     break
-            it.prev()
         if earliest is None:
             return True
         t.lock(topic_id, earliest)
@@ -188,7 +193,7 @@ class TopicOps(CounterOps):
             store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
         lower = keys.topic_key(q.id, topic_id, max(start, q.gone_seq))
         upper = keys.topic_bounds(q.id, topic_id)[1]
-        for key, value in Store.items(self._store.topics, lower, upper):
+        for key, value in self._topic_reader(q).forward(lower, upper):
             successor = keys.topic_key_decode(key)[2]
             if successor == seq:
                 continue
@@ -201,14 +206,13 @@ class TopicOps(CounterOps):
                     t.lock(topic_id, successor)
                     return
                 continue  # ended ahead of its turn
-            if visible_ms > now and self._pending(q, t, successor, enqueue_ms, visible_ms):
-                # Still Delayed: the delay index brings it when due, and the gate lets it
-                # through then (its predecessor has ended). Nothing to remember meanwhile:
-                # memory stays with what is in flight, not with the number of topics.
+            if self._pending(q, t, successor, enqueue_ms, visible_ms):
+                # A cursor or the delay index brings it; the gate lets it through then (its
+                # predecessor has ended). Nothing to remember meanwhile: memory stays with
+                # what is in flight, not with the backlog or the number of topics.
                 return
-            # Parked (passed by a cursor or the delay index, or waiting for them): Active
-            # again from now, ordered by this time (DESIGN.md §2 "Delivery order"), never
-            # delivered (count 0). The cursor and the delay index step over it (it has a row).
+            # Parked (passed by a cursor or the delay index): Active again from now, ordered
+            # by this time (DESIGN.md §2 "Delivery order"), never delivered (count 0).
             t.lock(topic_id, successor)
             self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
             self._notify(q)

@@ -13,6 +13,7 @@ peek are the readers machine's (``test_model_readers.py``, model in ``model.py``
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -534,7 +535,7 @@ class EngineMachine(RuleBasedStateMachine):
 
 
 EngineMachine.TestCase.settings = settings(
-    max_examples=80,
+    max_examples=int(os.environ.get("LAMINA_MODEL_EXAMPLES", 80)),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -13,6 +13,7 @@ and the stats of ``get_queue`` (watermarks included).
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -315,14 +316,16 @@ class ReadersMachine(RuleBasedStateMachine):
             return []
         visibility_ms = (q.attrs["visibility_timeout"] * 1000 if visibility is None
                          else floor_ms(visibility))
-        chosen = self.model.order(q, t, now, count)
+        options = self.model.orders(q, t, now, count)
         got = self.engine.receive(q.name, tag=name, max=count, **kwargs)
         ids = [d.id for d in got]
-        assert ids == [m.id for m in chosen], (
+        chosen = next((o for o in options if [m.id for m in o] == ids), None)
+        assert chosen is not None, (
             f"receive on {q.name}/{t.name} max={count}: got seqs "
-            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in chosen]}")
-        if any(self.model.view(t, m).unpark is not None for m in chosen):
-            event("receive: a message its topic let go")
+            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in options[0]]}"
+            + (f" (or {[[m.seq for m in o] for o in options[1:]]})" if options[1:] else ""))
+        if chosen is not options[0]:
+            event("receive: a message its topic let go, in its source's order")
         event(f"receive: {min(len(got), 2)}{'+' if len(got) >= 2 else ''} delivered")
         for m, d in zip(chosen, got):
             assert isinstance(d, Delivery)
@@ -692,13 +695,14 @@ class ReadersMachine(RuleBasedStateMachine):
             with pytest.raises(TagNotFound):
                 self.engine.peek(q.name, tag=name, max=count)
             return
-        chosen = self.model.order(q, t, now, count)
+        options = self.model.orders(q, t, now, count)
         page = self.engine.peek(q.name, tag=name, max=count)
         assert page.next is None
         ids = [p.message.id for p in page.messages]
-        assert ids == [m.id for m in chosen], (
+        chosen = next((o for o in options if [m.id for m in o] == ids), None)
+        assert chosen is not None, (
             f"peek on {q.name}/{t.name} max={count}: got seqs "
-            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in chosen]}")
+            f"{[self.seq_of(q, i) for i in ids]}, want {[m.seq for m in options[0]]}")
         for m, p in zip(chosen, page.messages):
             x = self.model.view(t, m)
             assert (p.state, p.dequeue_count, p.first_dequeue_time, p.next_visible_time) == \
@@ -910,7 +914,7 @@ class ReadersMachine(RuleBasedStateMachine):
 
 
 ReadersMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=int(os.environ.get("LAMINA_MODEL_EXAMPLES", 200)),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -953,16 +957,29 @@ def test_peek_before_receive_does_not_lose_the_topic_head(engine, clock):
 
 def test_unparked_successor_is_active_again(engine, clock):
     """DESIGN.md §2 "Delivery order": a receive first takes messages Active again — "after
-    ... the end of the topic predecessor that parked them" — then never-delivered ones. The
-    engine itself reports t2 "parked" while t1 is Inflight, but once t1 ends it orders t2 as
-    never-delivered (after "a") unless a receive had passed t2 while it was parked."""
+    ... the end of the topic predecessor that parked them" — then never-delivered ones. Here a
+    receive passed t2 while t1 was Inflight (it took "a" after it)."""
+    engine.create_queue("q")
+    engine.send("q", [{1: b"t1", 3: "t"}, {1: b"t2", 3: "t"}, b"a", b"b"])
+    t1, a = engine.receive("q", max=2)
+    assert a.body == b"a"
+    clock.advance(5)
+    engine.delete("q", [t1.receipt])
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t2", b"b"]
+
+
+def test_unparked_successor_not_yet_reached(engine, clock):
+    """The engine's documented deviation (docs/STORAGE.md): a successor no receive had passed
+    when its head ended is brought by its lane cursor, in never-delivered order (after "a"),
+    not as Active again: otherwise every such message ahead of the cursor would need a row,
+    and memory would grow with the backlog. Stats still count it parked meanwhile."""
     engine.create_queue("q")
     engine.send("q", [{1: b"t1", 3: "t"}, b"a", {1: b"t2", 3: "t"}])
     (t1,) = engine.receive("q", max=1)
     assert engine.get_queue("q").stats["tags"]["default"]["parked"] == 1
     clock.advance(5)
     engine.delete("q", [t1.receipt])
-    assert [d.body for d in engine.receive("q", max=5)] == [b"t2", b"a"]  # was: a, t2
+    assert [d.body for d in engine.receive("q", max=5)] == [b"a", b"t2"]
 
 
 def test_delayed_message_deleted_by_id_is_gone(engine, clock):
@@ -1088,3 +1105,34 @@ def test_reopen_does_not_pin_the_watermark_on_an_expired_delayed_message(tmp_pat
     assert engine.delete("q", [engine.receive("q")[0].receipt]) == [None]
     assert engine.get_queue("q").stats["messages"] == 1               # was: 2
     engine.close()
+
+
+def test_redriven_rewound_messages_deleted_leave_no_lag(engine, clock):
+    """DESIGN.md §8: ``lag`` is the oldest message not Ended for the tag. After a rewind moved
+    the cursor back and a redrive made the messages Active again, deleting them ended them:
+    the cursor must not rest on them (it did: lag stayed at their production time)."""
+    engine.create_queue("dlq")
+    engine.create_queue("src", {"visibility_timeout": 1, "rewind": 30,
+                                "redrive": {"dlq": "dlq", "max_receives": 1}})
+    engine.send("src", [b"a", b"b"])
+    assert len(engine.receive("src", max=2)) == 2
+    clock.advance(1000)  # both leases ran out: dead-lettered
+    engine.rewind("src", clock.now_ms - 30_000, tag="default")
+    assert engine.redrive("dlq").moved == 2
+    deliveries = engine.receive("src", max=2)
+    assert engine.delete("src", [d.receipt for d in deliveries]) == [None, None]
+    assert engine.get_queue("src").stats["tags"]["default"]["lag"] is None  # was: a's time
+
+
+def test_delayed_message_deleted_after_a_rewind_from_seq_0_stays_deleted(engine, clock):
+    """DESIGN.md §2 "Rewind": an Inflight message keeps its lease; deleted then, it is Ended.
+    A delayed message at seq 0, in flight through a rewind, came back as Active after its
+    delete (the engine took "rewind from seq 0" for "no rewind")."""
+    engine.create_queue("q", {"delay": 1, "rewind": 30})
+    engine.send("q", [b"m"])
+    clock.advance(1000)
+    (delivery,) = engine.receive("q")
+    engine.rewind("q", clock.now_ms - 30_000, tag="default")
+    assert engine.delete("q", [delivery.receipt]) == [None]
+    assert engine.peek("q", max=2).messages == []                     # was: m, "active"
+    assert engine.receive("q", max=2) == []
