@@ -152,10 +152,15 @@ class DeadLetterOps(CounterOps):
                     for dlq_tag in dlq.tags.values():
                         self._end_for(dlq, dlq_tag, seq, lane)
                     old = t.leases.get(original)
+                    original_lane = old.lane if old else lane
                     self._lease_saved(src, t, original,
-                                      Lease(LEASED, old.lane if old else lane, now, 0, 0, 0),
+                                      Lease(LEASED, original_lane, now, 0, 0, 0),
                                       old.due if old is not None and old.state == LEASED
                                       else None)
+                    stored = self._store.log.get(keys.log_key(src.id, original_lane, original))
+                    topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
+                    if 0 < topic_id < DEAD_MARK:
+                        self._topic_rejoined(src, t, topic_id, original, now)
                     self._notify(src)
                     self._settle(src, now)
             if not dry_run:

@@ -180,6 +180,23 @@ class TopicOps(CounterOps):
         t.lock(topic_id, earliest)
         return False
 
+    def _topic_rejoined(self, q: QueueState, t: TagState, topic_id: int, seq: int,
+                        now: int) -> None:
+        """``seq`` of ``topic_id`` is Active again out of turn (redriven): it goes before a
+        later head that is not Inflight; behind an Inflight one it waits, and the successor
+        search of that head starts from it (as after a rewind)."""
+        head = t.locked.get(topic_id)
+        if head is None or head <= seq:
+            return
+        lease = t.leases.get(head)
+        if lease is not None and lease.state == LEASED and lease.due > now:
+            t.topic_from[topic_id] = min(t.topic_from.get(topic_id, seq), seq)
+            store = self._store
+            store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
+        else:
+            t.unlock(topic_id)
+            t.lock(topic_id, seq)
+
     def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None:
         """``seq`` was the head of a topic and is Ended or Expired: pass the topic on."""
         topic_id = t.heads.get(seq)

@@ -9,7 +9,7 @@ from lamina.engine import Engine, FakeClock
 # --hypothesis-profile=explore`` (random examples; failures kept in .hypothesis/ and replayed
 # first).
 settings.register_profile("suite", derandomize=True, database=None)
-settings.register_profile("explore")
+settings.register_profile("explore", print_blob=True)
 settings.load_profile("suite")
 
 

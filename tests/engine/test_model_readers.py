@@ -1136,3 +1136,18 @@ def test_delayed_message_deleted_after_a_rewind_from_seq_0_stays_deleted(engine,
     assert engine.delete("q", [delivery.receipt]) == [None]
     assert engine.peek("q", max=2).messages == []                     # was: m, "active"
     assert engine.receive("q", max=2) == []
+
+
+def test_redriven_topic_message_goes_before_its_successor(engine, clock):
+    """DESIGN.md §2 "Topics": one at a time in production order, the head being the first
+    message not Ended. Redriving a dead topic head makes it not Ended again: it goes before
+    the successor that took over its topic (unless that one is Inflight)."""
+    engine.create_queue("dlq")
+    engine.create_queue("q", {"redrive": {"dlq": "dlq", "max_receives": 1}})
+    engine.send("q", [{1: b"t0", 3: "t"}, {1: b"t1", 3: "t"}, b"a"])
+    t0, _ = engine.receive("q", max=3)  # t1 is passed, parked behind t0
+    assert engine.dead("q", [t0.receipt]) == [None]
+    clock.advance(10)
+    assert engine.redrive("dlq").moved == 1
+    clock.advance(10)
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t0"]    # was: t1
