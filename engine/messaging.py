@@ -575,9 +575,11 @@ class _Lessor:
             if not self.engine._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
                 return False
         if 0 < topic_id < DEAD_MARK:
-            if topic_id in self.topics_taken:
+            if topic_id in self.topics_taken or not self.engine._topic_gate(self.q, t,
+                                                                          topic_id, seq):
+                if not self.dry_run:
+                    t.parked_topics.add(topic_id)  # passed while parked
                 return False
-            return self.engine._topic_gate(self.q, t, topic_id, seq)
         return True
 
     def _lease(self, seq: int, lane: int, value: bytes, lease: Lease | None) -> None:

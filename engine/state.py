@@ -101,6 +101,7 @@ class TagState:
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
         "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
         "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
+        "parked_topics",
         "topic_from", "row_heap", "stats_cache", "min_due", "delay_hint", "head_heap",
     )
 
@@ -135,6 +136,10 @@ class TagState:
         self.rewind_dseq = 0
         # topic -> seq to look for a successor from when its (Inflight) head ends (rewind).
         self.topic_from: dict[int, int] = {}
+        # Topics with successors a cursor or the delay index passed while they were parked:
+        # when a head ends and its next successor is still pending, the topic stays locked on
+        # that one, so the passed ones keep waiting behind it (TopicOps._topic_head_ended).
+        self.parked_topics: set[int] = set()
         self.stats_cache: tuple[int, int, int] | None = None  # (when, active, parked)
         # Lower bounds of the next timer row's due time and of the next delay end past the
         # delay position: a receive walks a source only once they are <= now.

@@ -225,8 +225,11 @@ class TopicOps(CounterOps):
                 continue  # ended ahead of its turn
             if self._pending(q, t, successor, enqueue_ms, visible_ms):
                 # A cursor or the delay index brings it; the gate lets it through then (its
-                # predecessor has ended). Nothing to remember meanwhile: memory stays with
-                # what is in flight, not with the backlog or the number of topics.
+                # predecessor has ended). Nothing to remember meanwhile (memory stays with
+                # what is in flight, not with the backlog or the number of topics) unless
+                # later successors were passed while parked: they wait behind this one.
+                if topic_id in t.parked_topics:
+                    t.lock(topic_id, successor)
                 return
             # Parked (passed by a cursor or the delay index): Active again from now, ordered
             # by this time (DESIGN.md §2 "Delivery order"), never delivered (count 0).
@@ -234,3 +237,4 @@ class TopicOps(CounterOps):
             self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
             self._notify(q)
             return
+        t.parked_topics.discard(topic_id)  # the topic has nothing left behind its head

@@ -1151,3 +1151,21 @@ def test_redriven_topic_message_goes_before_its_successor(engine, clock):
     assert engine.redrive("dlq").moved == 1
     clock.advance(10)
     assert [d.body for d in engine.receive("q", max=5)] == [b"t0"]    # was: t1
+
+
+def test_successor_passed_while_parked_keeps_waiting_after_its_head_ends(engine, clock):
+    """DESIGN.md §2 "Topics": one at a time in production order. t2 was passed by the delay
+    index while t0 was Inflight; when t0 ended, the next successor t1 was still ahead of the
+    cursor, and the topic was left unlocked: t3's delay then ended and it went first."""
+    engine.create_queue("q")
+    engine.send("q", [{1: b"t0", 3: "t"}, b"a1", {1: b"t1", 3: "t"},
+                      {1: b"t2", 3: "t", 5: 1}, {1: b"t3", 3: "t", 5: 2}])
+    (t0,) = engine.receive("q", max=1)
+    clock.advance(1000)
+    assert [d.body for d in engine.receive("q", max=1)] == [b"a1"]  # passes t2
+    assert engine.delete("q", [t0.receipt]) == [None]
+    clock.advance(1000)
+    (t1,) = engine.receive("q", max=1)
+    assert t1.body == b"t1"                                            # was: t3
+    assert engine.delete("q", [t1.receipt]) == [None]
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t2"]
