@@ -3,20 +3,26 @@ started by ``loadgen.run_workers`` as ``target(index, barrier, *args)``. Each co
 at the barrier (so all start together), runs its loop and returns its :class:`Recorder`.
 
 They use the blocking :class:`~lamina.server.client.Client`, one request in flight per thread
-(``inflight`` threads share one pipelined connection), except the paced w3 producer, which
-uses :class:`~lamina.server.client.AsyncClient` so that its sends keep their schedule.
+(``inflight`` threads share one pipelined connection), except the paced w3 producer, whose
+sends must keep their schedule whatever the answers: it drives the clients' own sans-IO codec
+(:class:`~lamina.server.protocol.ClientConnection`) over a plain socket from one thread, which
+costs a fraction of the CPU of an ``AsyncClient`` task per send (the producer shares the two
+cores with the server it measures).
 """
 
 from __future__ import annotations
 
 import os
 import queue as queue_module
+import select
+import socket
 import struct
 import threading
 from typing import Any, Callable
 
-from lamina.engine.errors import LaminaError
+from lamina.engine.errors import LaminaError, error_from_wire
 from lamina.server.client import Client
+from lamina.server.protocol import ClientConnection, Greeting, Response
 
 from .loadgen import BenchError, Recorder, clock_s
 
@@ -25,6 +31,7 @@ __all__ = ["check_results", "consume_worker", "latency_consumer_worker",
 
 _SEND_TIME = struct.Struct("<d")  # W3: CLOCK_MONOTONIC seconds at the start of each body
 PINGS = 5000  # W4's first phase
+_PRODUCER_READ_BYTES = 64 * 1024  # W3 producer: bytes asked of its socket per read
 
 
 def check_results(results: list[Any], what: str) -> None:
@@ -117,53 +124,80 @@ def consume_worker(index: int, barrier: Any, address: tuple[str, int], queue: st
 
 def paced_producer_worker(index: int, barrier: Any, address: tuple[str, int], queue: str,
                           rate: float, messages: int, body_bytes: int) -> Recorder:
-    """W3 producer, open loop: one message per send, the i-th issued at start + i/rate
-    whether or not earlier sends were answered (each is its own task on one pipelined
-    AsyncClient connection), each carrying the time it was issued."""
-    import trio
-
-    from lamina.server.client import AsyncClient
-
+    """W3 producer, open loop: one message per send, the i-th written at start + i/rate
+    whether or not earlier sends were answered, each carrying the time it was issued. One
+    thread writes each send when due and reads answers while it waits (see the module
+    docstring); a send's latency is from just before its encoding to its answer's parsing."""
     padding = os.urandom(max(body_bytes - _SEND_TIME.size, 0))
     recorder = Recorder()
     add = recorder.add
+    proto = ClientConnection()
+    issued: dict[int, float] = {}  # request id -> when its send began
+    with socket.create_connection(address, timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    async def send_one(client: AsyncClient) -> None:
-        begin = clock_s()
-        results = await client.send(queue, [_SEND_TIME.pack(begin) + padding])
-        end = clock_s()
-        add("send", end, end - begin)
-        check_results(results, "send")
+        def read_answers() -> int:
+            data = sock.recv(_PRODUCER_READ_BYTES)
+            if not data:
+                raise BenchError("the server closed the producer's connection")
+            answered = 0
+            for event in proto.receive_data(data):
+                if type(event) is Greeting:
+                    continue
+                if type(event) is not Response or event.id == 0:
+                    raise BenchError(f"producer: the server broke the protocol: {event!r}")
+                end = clock_s()
+                add("send", end, end - issued.pop(event.id))
+                if event.error is not None:
+                    raise error_from_wire(event.error)
+                assert event.result is not None
+                check_results([error_from_wire(r) if type(r) is dict else r
+                               for r in event.result["results"]], "send")
+                answered += 1
+            return answered
 
-    async def produce() -> None:
-        async with AsyncClient.connect(*address, timeout=30) as client:
-            barrier.wait()  # nothing else runs in this process yet
-            start = clock_s()
-            recorder.start("send", start)
-            async with trio.open_nursery() as nursery:
-                for i in range(messages):
-                    delay = start + i / rate - clock_s()
-                    if delay > 0:
-                        await trio.sleep(delay)
-                    nursery.start_soon(send_one, client)
-
-    trio.run(produce)
+        while proto.greeting is None:
+            read_answers()
+        barrier.wait()
+        start = clock_s()
+        recorder.start("send", start)
+        sent = answered = 0
+        while answered < messages:
+            now = clock_s()
+            due = start + sent / rate
+            if sent < messages and now >= due:
+                begin = clock_s()
+                request_id, frame = proto.encode_request(
+                    "send", {"queue": queue, "messages": [_SEND_TIME.pack(begin) + padding]})
+                issued[request_id] = begin
+                sock.sendall(frame)
+                sent += 1
+                continue
+            wait_s = due - now if sent < messages else 30.0
+            readable, _, _ = select.select([sock], [], [], wait_s)
+            if readable:
+                answered += read_answers()
+            elif sent == messages:
+                raise BenchError(f"producer: {messages - answered} sends unanswered for 30 s")
     return recorder
 
 
 def latency_consumer_worker(index: int, barrier: Any, address: tuple[str, int], queue: str,
                             messages: int, batch: int, deadline_s: float) -> Recorder:
     """W3 consumer: long-poll receive, note each message's end-to-end latency at once, and
-    hand the receipts to a deleting thread (pipelined on the same connection)."""
+    hand the receipts to a deleting thread. The deletes go over a connection of their own:
+    on a shared one a receive's answer could be read by the deleting thread and handed over,
+    a thread switch on the path being measured."""
     recorder = Recorder()
     receipts: queue_module.Queue[Any] = queue_module.Queue()
     failures: list[BaseException] = []
 
-    with Client.connect(*address, timeout=30) as client:
+    with Client.connect(*address, timeout=30) as client, \
+            Client.connect(*address, timeout=30) as deleting:
         def delete_loop() -> None:
             try:
                 while (batch_receipts := receipts.get()) is not None:
-                    check_results(client.delete(queue, batch_receipts), "delete")
+                    check_results(deleting.delete(queue, batch_receipts), "delete")
             except BaseException as exc:
                 failures.append(exc)
 

@@ -42,7 +42,15 @@ import trio
 
 from lamina.engine.errors import InternalError, InvalidArgument, LaminaError, Unauthorized
 
-from .dispatch import Answer, MapAnswer, PeekAnswer, ReceiveAnswer, SendAnswer, check_request
+from .dispatch import (
+    Answer,
+    EntriesAnswer,
+    MapAnswer,
+    PeekAnswer,
+    ReceiveAnswer,
+    SendAnswer,
+    check_request,
+)
 from .protocol import (
     LocalProtocolError,
     RejectedRequest,
@@ -443,6 +451,8 @@ class Connection:
                 return proto.respond_send(request_id, answer.results)
             if type(answer) is ReceiveAnswer:
                 return proto.respond_receive(request_id, answer.deliveries)
+            if type(answer) is EntriesAnswer:
+                return proto.respond_entries(request_id, answer.results)
             if type(answer) is PeekAnswer:
                 return proto.respond_peek(request_id, answer.entries, answer.next)
             return proto.respond_error(request_id, answer)  # type: ignore[arg-type]

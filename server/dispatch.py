@@ -37,9 +37,9 @@ from .framing import (
 if TYPE_CHECKING:
     from lamina.engine import Engine
 
-__all__ = ["Answer", "MAX_WAIT_S", "MapAnswer", "OPERATIONS", "Operation", "PeekAnswer",
-           "ReceiveAnswer", "SendAnswer", "apply_operation", "check_request", "receive_budget",
-           "receive_call", "wait_seconds"]
+__all__ = ["Answer", "EntriesAnswer", "MAX_WAIT_S", "MapAnswer", "OPERATIONS", "Operation",
+           "PeekAnswer", "ReceiveAnswer", "SendAnswer", "apply_operation", "check_request",
+           "receive_budget", "receive_call", "wait_seconds"]
 
 log = logging.getLogger("lamina.server")
 
@@ -67,6 +67,14 @@ class SendAnswer:
 
 
 @dataclass(slots=True)
+class EntriesAnswer:
+    """A ``delete``, ``dead`` or ``delete_by_id`` result: per entry None or the LaminaError
+    that failed it (``framing.encode_entries_response``)."""
+
+    results: list[LaminaError | None]
+
+
+@dataclass(slots=True)
 class ReceiveAnswer:
     """A ``receive`` result: ``(record, receipt, count, first, next)`` tuples to splice."""
 
@@ -81,7 +89,8 @@ class PeekAnswer:
     next: Any
 
 
-Answer: TypeAlias = MapAnswer | SendAnswer | ReceiveAnswer | PeekAnswer | LaminaError
+Answer: TypeAlias = (MapAnswer | SendAnswer | EntriesAnswer | ReceiveAnswer | PeekAnswer
+                     | LaminaError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +117,6 @@ def _error_or(value: Any, encode: Callable[[Any], Any]) -> Any:
 
 def _changed(entry: VisibilityChanged) -> list[Any]:
     return [entry.receipt, entry.next_visible_time]
-
-
-def _per_entry(results: list[Any]) -> MapAnswer:
-    """Batch results of delete / dead / delete_by_id: null or an error map per entry."""
-    return MapAnswer({"results": [None if r is None else r.to_wire() for r in results]})
 
 
 def _queue_info(info: QueueInfo, *, stats: bool = False) -> MapAnswer:
@@ -239,13 +243,13 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
             {"tags": [_tag_info(t, stats=True) for t in tags]}))),
     _op("send", "queue messages", "", _call("send", SendAnswer)),
     _op("receive", "queue", "tag max wait visibility_timeout", receive_call),
-    _op("delete", "queue receipts", "tag", _call("delete", _per_entry)),
+    _op("delete", "queue receipts", "tag", _call("delete", EntriesAnswer)),
     _op("change_visibility", "queue entries", "tag",
         _call("change_visibility", lambda results: MapAnswer(
             {"results": [_error_or(r, _changed) for r in results]}))),
-    _op("dead", "queue receipts", "tag", _call("dead", _per_entry)),
+    _op("dead", "queue receipts", "tag", _call("dead", EntriesAnswer)),
     _op("peek", "queue", "tag max start after ids", _peek),
-    _op("delete_by_id", "queue ids", "tag", _call("delete_by_id", _per_entry)),
+    _op("delete_by_id", "queue ids", "tag", _call("delete_by_id", EntriesAnswer)),
     _op("rewind", "queue time", "tag",
         _call("rewind", lambda r: MapAnswer({"time": r.time, "tags": list(r.tags)}))),
     _op("redrive", "queue", "source since until max dry_run",

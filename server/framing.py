@@ -36,9 +36,9 @@ __all__ = [
     "MIN_MAX_FRAME_BYTES", "PRE_AUTH_MAX_FRAME_BYTES", "CBORTagged", "FrameReader",
     "decode_item", "decode_item_strict", "encode_frame_header", "encode_head", "encode_int",
     "find_unsupported_value", "head_size", "int_size", "PEEK_STATES", "Delivery", "PeekEntry",
-    "Peeked", "delivery_size", "encode_peek_response", "encode_receive_response",
-    "encode_send_response", "peek_entry_size", "peek_response_overhead",
-    "receive_response_overhead",
+    "Peeked", "PLAIN_SCALAR_TYPES", "delivery_size", "encode_entries_response",
+    "encode_peek_response", "encode_receive_response", "encode_send_response",
+    "peek_entry_size", "peek_response_overhead", "receive_response_overhead",
 ]
 
 # --- Hard limits, each with its reason ---------------------------------------------------------
@@ -257,7 +257,8 @@ def decode_item_strict(body: bytes) -> Any:
     return item
 
 
-_PLAIN_SCALARS = frozenset({str, bytes, int, bool, type(None)})
+#: Values a request may carry that need no look inside (the common arguments).
+PLAIN_SCALAR_TYPES = frozenset({str, bytes, int, bool, type(None)})
 _SEQUENCES = frozenset({list, tuple})  # cbor2 decodes arrays used as map keys to tuples
 _MAPPINGS = frozenset({dict, cbor2.frozendict})  # ... and maps used as map keys to frozendicts
 
@@ -273,13 +274,14 @@ def find_unsupported_value(value: Any) -> str | None:
     while pending:
         item = pending.pop()
         kind = type(item)
-        if kind in _PLAIN_SCALARS:
+        if kind in PLAIN_SCALAR_TYPES:
             continue
         if kind is float:
             if not math.isfinite(item):
                 return f"{item!r} is not a finite number"
         elif kind in _SEQUENCES:
-            pending.extend(item)
+            if not PLAIN_SCALAR_TYPES.issuperset(map(type, item)):  # not just bodies or receipts
+                pending.extend(item)
         elif kind in _MAPPINGS:
             pending.extend(item.keys())
             pending.extend(item.values())
@@ -402,11 +404,30 @@ def encode_receive_response(request_id: int, deliveries: Sequence[Delivery]) -> 
     parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _MESSAGES_KEY,
              encode_head(4, len(deliveries))]
     extend = parts.extend
+    pack_usual_tail = _USUAL_DELIVERY_TAIL.pack
+    receipt_head_bytes, receipt_head = -1, b""
     for record, receipt, dequeue_count, first_dequeue_time, next_visible_time in deliveries:
-        extend((_ARRAY_OF_5, record, encode_head(2, len(receipt)), receipt,
-                encode_int(dequeue_count), encode_int(first_dequeue_time),
-                encode_int(next_visible_time)))
+        if len(receipt) != receipt_head_bytes:  # receipts of one queue: one length, usually
+            receipt_head_bytes = len(receipt)
+            receipt_head = encode_head(2, receipt_head_bytes)
+        if (dequeue_count < 24 and _U32_END <= first_dequeue_time < _U64_END
+                and _U32_END <= next_visible_time < _U64_END):
+            tail = pack_usual_tail(dequeue_count, _U64_HEAD, first_dequeue_time, _U64_HEAD,
+                                   next_visible_time)
+        else:
+            tail = (encode_int(dequeue_count) + encode_int(first_dequeue_time)
+                    + encode_int(next_visible_time))
+        extend((_ARRAY_OF_5, record, receipt_head, receipt, tail))
     return _frame_of_parts(parts)
+
+
+# The usual tail of a delivery in one pack, as encode_int would write it: a dequeue count
+# below 24 is its own head byte, and a time in ms since 1970 is past 2^32, so it takes the
+# 8-byte form (head 0x1b).
+_USUAL_DELIVERY_TAIL = struct.Struct(">BBQBQ")
+_U64_HEAD = 0x1B
+_U32_END = 0x100000000
+_U64_END = 0x10000000000000000
 
 
 _RESULTS_KEY = cbor2.dumps("results")
@@ -441,6 +462,20 @@ def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
 
 _SENT_PREFIXES: dict[int, bytes] = {}
 _BYTES_16_HEAD = encode_head(2, 16)
+
+
+def encode_entries_response(request_id: int, results: list[LaminaError | None]) -> bytes:
+    """The frame ``[id, null, {"results": [...]}]`` answering ``delete``, ``dead`` or
+    ``delete_by_id``: per entry null, or the error map of a LaminaError. Byte-identical to
+    cbor2.dumps, several times cheaper for the usual all-null batch."""
+    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _RESULTS_KEY,
+             encode_head(4, len(results))]
+    if results.count(None) == len(results):
+        parts.append(_NULL * len(results))
+    else:
+        parts.extend(_NULL if entry is None else cbor2.dumps(entry.to_wire())
+                     for entry in results)
+    return _frame_of_parts(parts)
 
 
 def _optional_int(value: int | None) -> bytes:

@@ -14,7 +14,8 @@ prometheus-client's own thread and only reads.
     lamina_connections_accepted_total
     lamina_group_commit_requests               requests per group commit (histogram)
     lamina_group_commit_seconds                apply + WAL sync of one group (histogram)
-    lamina_wal_syncs_total                     WAL syncs (--fsync: one per group)
+    lamina_wal_syncs_total                     WAL syncs (--fsync: one for the groups applied
+                                               since the last, server.py rule 7)
     lamina_waiting_receives                    receives waiting right now
     lamina_queue_messages{queue}               retained messages per queue
     lamina_tag_messages{queue, tag, state}     active / inflight / delayed / parked, for the

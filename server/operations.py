@@ -54,15 +54,49 @@ def _body_bytes(body: bytes | str) -> bytes:
     return body.encode() if isinstance(body, str) else body
 
 
-@dataclass(frozen=True, slots=True)
 class Delivery:
-    """A received message and its lease: ``receipt`` deletes it, extends or ends the lease."""
+    """A received message and its lease: ``receipt`` deletes it, extends or ends the lease.
 
-    message: Message
-    receipt: bytes
-    dequeue_count: int
-    first_dequeue_time: int
-    next_visible_time: int
+    Treat it as immutable. Unlike the other results it is a plain slotted class, not a frozen
+    dataclass (a consumer makes one per message: several times cheaper, like the engine's
+    hot-path results), and its ``message`` is decoded from the wire record when first read,
+    so a consumer that only deletes what it received never pays for that.
+    """
+
+    __slots__ = ("_record", "_message", "receipt", "dequeue_count", "first_dequeue_time",
+                 "next_visible_time")
+
+    def __init__(self, message: Message, receipt: bytes, dequeue_count: int,
+                 first_dequeue_time: int, next_visible_time: int) -> None:
+        self._record: Sequence[Any] | None = None
+        self._message: Message | None = message
+        self.receipt = receipt
+        self.dequeue_count = dequeue_count
+        self.first_dequeue_time = first_dequeue_time
+        self.next_visible_time = next_visible_time
+
+    @classmethod
+    def from_wire(cls, record: Sequence[Any], receipt: bytes, dequeue_count: int,
+                  first_dequeue_time: int, next_visible_time: int) -> Delivery:
+        """A delivery whose message is decoded from ``record`` (CBOR-decoded) when read."""
+        delivery = cls.__new__(cls)
+        delivery._record, delivery._message = record, None
+        delivery.receipt = receipt
+        delivery.dequeue_count = dequeue_count
+        delivery.first_dequeue_time = first_dequeue_time
+        delivery.next_visible_time = next_visible_time
+        return delivery
+
+    @property
+    def message(self) -> Message:
+        message = self._message
+        if message is None:
+            record = self._record
+            assert record is not None
+            message = self._message = (Message(*record) if type(record) is list
+                                       and len(record) == 9 else decode_message(record))
+            self._record = None
+        return message
 
     @property
     def id(self) -> str:
@@ -76,6 +110,20 @@ class Delivery:
     def md5_ok(self) -> bool:
         """Whether the body matches the MD5 the server computed at send time."""
         return hashlib.md5(_body_bytes(self.message.body)).digest() == self.message.md5
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.message, self.receipt, self.dequeue_count, self.first_dequeue_time,
+                self.next_visible_time)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._fields() == self._fields()  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return ("Delivery(message={!r}, receipt={!r}, dequeue_count={!r}, first_dequeue_time="
+                "{!r}, next_visible_time={!r})".format(*self._fields()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +174,9 @@ def _entry_error(value: Any) -> LaminaError | None:
 
 def _decode_delivery(item: Sequence[Any]) -> Delivery:
     if type(item) is list and len(item) == 5:  # this version's shape: no padding to do
-        record = item[0]
-        message = (Message(*record) if type(record) is list and len(record) == 9
-                   else decode_message(record))
-        return Delivery(message, item[1], item[2], item[3], item[4])
+        return Delivery.from_wire(item[0], item[1], item[2], item[3], item[4])
     record, receipt, count, first, next_visible = (list(item) + [None] * 5)[:5]
-    return Delivery(decode_message(record), receipt, count, first, next_visible)
+    return Delivery.from_wire(record, receipt, count, first, next_visible)
 
 
 def _decode_peeked(item: Any) -> Peeked | LaminaError:

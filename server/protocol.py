@@ -56,6 +56,7 @@ from .framing import (
     MAX_FRAME_LENGTH,
     MIN_MAX_FRAME_BYTES,
     PEEK_STATES,
+    PLAIN_SCALAR_TYPES,
     PRE_AUTH_MAX_FRAME_BYTES,
     Delivery,
     FrameReader,
@@ -63,6 +64,7 @@ from .framing import (
     Peeked,
     decode_item,
     delivery_size,
+    encode_entries_response,
     encode_frame_header,
     encode_peek_response,
     encode_receive_response,
@@ -339,15 +341,21 @@ class ServerConnection:
             raise ProtocolError(f"request id must be an integer 1..2^63-1, not {_brief(request_id)}")
         if type(op) is not str:
             raise ProtocolError(f"request {request_id}: op must be a text string")
-        if type(args) is not dict or any(type(name) is not str for name in args):
+        if type(args) is not dict:
             raise ProtocolError(f"request {request_id}: args must be a map with text keys")
+        rejected: InvalidArgument | None = None
+        for name, value in args.items():
+            if type(name) is not str:
+                raise ProtocolError(f"request {request_id}: args must be a map with text keys")
+            if rejected is None and type(value) not in PLAIN_SCALAR_TYPES:
+                problem = find_unsupported_value(value)
+                if problem is not None:
+                    rejected = InvalidArgument(name, problem)
         if request_id in self._outstanding:
             raise ProtocolError(f"request id {request_id} reused while unanswered")
         self._outstanding.add(request_id)
-        for name, value in args.items():
-            problem = find_unsupported_value(value)
-            if problem is not None:
-                return RejectedRequest(request_id, op, InvalidArgument(name, problem))
+        if rejected is not None:
+            return RejectedRequest(request_id, op, rejected)
         return Request(request_id, op, args)
 
     # -- output ----------------------------------------------------------------------------
@@ -378,6 +386,11 @@ class ServerConnection:
     def respond_error(self, request_id: int, error: LaminaError) -> bytes:
         """Answer ``request_id`` with failure."""
         return self._answer(request_id, encode_error_response(request_id, error))
+
+    def respond_entries(self, request_id: int, results: list[LaminaError | None]) -> bytes:
+        """Answer a batch whose entries are null or an error (see
+        :func:`encode_entries_response`)."""
+        return self._answer(request_id, encode_entries_response(request_id, results))
 
     def respond_send(self, request_id: int, results: Sequence[Any]) -> bytes:
         """Answer a ``send`` (see :func:`encode_send_response`)."""

@@ -86,6 +86,20 @@ def test_message_builder() -> None:
         1: "x", 2: {"a": 1}, 4: 2, 5: 1.5}
 
 
+def test_a_delivery_decodes_its_record_when_first_read() -> None:
+    from lamina.engine.records import Message
+    from lamina.server.operations import _decode_delivery
+
+    record = ["id-1", b"body", None, None, 8, 10, 10, b"m" * 16, None]
+    lazy = _decode_delivery([record, b"receipt", 1, 11, 20])
+    assert lazy._message is None  # nothing decoded until asked
+    eager = Delivery(Message(*record), b"receipt", 1, 11, 20)
+    assert lazy == eager and hash(lazy) == hash(eager) and repr(lazy) == repr(eager)
+    assert (lazy.id, lazy.body, lazy.message.priority) == ("id-1", b"body", 8)
+    older = _decode_delivery([["id-2", "text"], b"r", 2, 3, 4])  # fields only ever appended
+    assert older.message == Message("id-2", "text", None, None, 8, 0, 0, b"", None)
+
+
 @pytest.mark.slow
 def test_lease_keeper_holds_a_slow_message_and_deletes_it(start_server: Any) -> None:
     server = start_server()

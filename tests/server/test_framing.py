@@ -22,6 +22,7 @@ from lamina.server.framing import (
     decode_item,
     decode_item_strict,
     delivery_size,
+    encode_entries_response,
     encode_frame_header,
     encode_head,
     encode_int,
@@ -399,11 +400,15 @@ records = st.builds(
                                    st.text(max_size=5), ints).map(list)),  # dead
 )
 deliveries = st.tuples(records, st.binary(max_size=300), ints, ints, ints)
+# What a server sends (the encoder's fast path): one receipt length, small dequeue counts,
+# times in ms since 1970 (past 2^32), and the edges of that path.
+usual_deliveries = st.tuples(records, st.just(b"r" * 41), st.integers(0, 30),
+                             st.integers(2**32 - 2, 2**41), st.integers(2**32 - 2, 2**41))
 request_ids = st.integers(min_value=1, max_value=2**63 - 1)
 
 
-@settings(max_examples=200)
-@given(request_ids, st.lists(deliveries, max_size=30))
+@settings(max_examples=300)
+@given(request_ids, st.lists(st.one_of(deliveries, usual_deliveries), max_size=30))
 def test_receive_response_splices_records_byte_identically(request_id: int, items: list[Any]) -> None:
     data = encode_receive_response(request_id, items)
     body = data[4:]
@@ -459,6 +464,15 @@ def test_send_response_is_byte_identical_to_cbor2(request_id: int, results: list
         entry.to_wire() if isinstance(entry, LaminaError)
         else [entry.id, entry.enqueue_time, entry.md5] for entry in results]}]
     assert data == frame(cbor2.dumps(structure))
+
+
+@settings(max_examples=200)
+@given(request_ids, st.lists(st.one_of(st.none(), st.builds(LaminaError, st.text(max_size=20))),
+                             max_size=30))
+def test_entries_response_is_byte_identical_to_cbor2(request_id: int, results: list[Any]) -> None:
+    structure = [request_id, None, {"results": [
+        None if entry is None else entry.to_wire() for entry in results]}]
+    assert encode_entries_response(request_id, results) == frame(cbor2.dumps(structure))
 
 
 @pytest.mark.parametrize("count", [0, 1, 23, 24, 255, 256])
