@@ -127,6 +127,7 @@ class AdminOps(GrantOps, TagOps):
             store.delete(store.meta_h, keys.watermarks_key(q.id))
             store.delete_range(store.meta_h, *keys.tag_def_bounds(q.id))
             store.delete_range(store.meta_h, *keys.topic_names_bounds(q.id))
+            store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id))
             del self._queues[q.id]
             del self._queue_names[q.name.lower()]
             self._drop_grants_on(q.name)

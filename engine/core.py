@@ -69,6 +69,7 @@ class EngineCore:
 
     if TYPE_CHECKING:
         def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
+        def _relock_parked(self, q: QueueState, t: TagState, topic_id: int) -> None: ...
         def _apply_expiries(self, q: QueueState, now: int) -> None: ...
         @staticmethod
         def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
@@ -184,6 +185,10 @@ class EngineCore:
         q.tag_names[t.name.lower()] = tag_id
         for lane in q.lanes_used:
             self._snap_cursor(q, t, lane)
+        for key in list(Store.keys(store.meta, *keys.parked_topics_bounds(q.id, tag_id))):
+            t.parked_topics.add(keys.parked_topic_decode(key))
+        for topic_id in list(t.parked_topics):
+            self._relock_parked(q, t, topic_id)
         return t
 
     # -- the operation frame -------------------------------------------------------------------

@@ -17,6 +17,7 @@ Column families and their layouts::
                b"P" | queue:u32 | topic utf-8         -> topic id u32
                b"G" | key id utf-8 | 0 | queue pattern -> permissions (CBOR list)
                b"D" | queue:u32 | tag:u32 | day:u32   -> daily counters (fixed struct)
+               b"K" | queue:u32 | tag:u32 | topic:u32 -> b"" (successors passed while parked)
     log        queue:u32 | lane:u8 | seq:u64          -> fixed prefix + record (records.py)
     time       queue:u32 | time_ms:u64 | seq:u64      -> b"" (first seq produced at that ms)
     segments   queue:u32 | first_seq:u64              -> segment summary (fixed struct)
@@ -110,6 +111,27 @@ def topic_name_key(queue: int, topic: str) -> bytes:
 
 def topic_names_bounds(queue: int) -> tuple[bytes, bytes]:
     return _TOPIC + _U32.pack(queue), _TOPIC + _U32.pack(queue + 1)
+
+
+_PARKED = b"K"
+
+
+def parked_topic_key(queue: int, tag: int, topic: int) -> bytes:
+    """``b"K" | queue | tag | topic``: the tag passed successors of ``topic`` while they were
+    parked (TagState.parked_topics)."""
+    return _PARKED + _Q_T.pack(queue, tag) + _U32.pack(topic)
+
+
+def parked_topic_decode(key: bytes) -> int:
+    """-> topic"""
+    return _U32.unpack_from(key, 9)[0]
+
+
+def parked_topics_bounds(queue: int, tag: int | None = None) -> tuple[bytes, bytes]:
+    """Every marker of ``tag`` (or of every tag of ``queue``)."""
+    if tag is None:
+        return _PARKED + _U32.pack(queue), _PARKED + _U32.pack(queue + 1)
+    return _PARKED + _Q_T.pack(queue, tag), _PARKED + _Q_T.pack(queue, tag + 1)
 
 
 def grant_key(key_id: str, pattern: str) -> bytes:

@@ -577,8 +577,8 @@ class _Lessor:
         if 0 < topic_id < DEAD_MARK:
             if topic_id in self.topics_taken or not self.engine._topic_gate(self.q, t,
                                                                           topic_id, seq):
-                if not self.dry_run:
-                    t.parked_topics.add(topic_id)  # passed while parked
+                if not self.dry_run and topic_id not in t.parked_topics:
+                    self.engine._topic_parked(self.q, t, topic_id)  # passed while parked
                 return False
         return True
 

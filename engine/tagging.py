@@ -81,6 +81,7 @@ class TagOps(TopicOps):
             store.delete_range(store.timers_h, lower, upper)
             store.delete(store.tags_h, keys.tag_key(q.id, t.id))
             store.delete(store.meta_h, keys.tag_def_key(q.id, t.id))
+            store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id, t.id))
             del q.tags[t.id]
             del q.tag_names[t.name.lower()]
             self._forget_counters(q.id, t.id)

@@ -180,6 +180,36 @@ class TopicOps(CounterOps):
         t.lock(topic_id, earliest)
         return False
 
+    def _topic_parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
+        """A cursor or the delay index passed a successor of ``topic_id`` while parked."""
+        t.parked_topics.add(topic_id)
+        store = self._store
+        store.put(store.meta_h, keys.parked_topic_key(q.id, t.id, topic_id), b"")
+
+    def _topic_unparked(self, q: QueueState, t: TagState, topic_id: int) -> None:
+        if topic_id in t.parked_topics:
+            t.parked_topics.discard(topic_id)
+            store = self._store
+            store.delete(store.meta_h, keys.parked_topic_key(q.id, t.id, topic_id))
+
+    def _relock_parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
+        """At open: lock a topic with passed successors on its earliest message that is not
+        Ended and not passed (Inflight, Active again, or pending), as it was before; the
+        passed ones wait behind it. Nothing left: the marker goes."""
+        lower = keys.topic_key(q.id, topic_id, max(q.gone_seq, t.start_seq))
+        upper = keys.topic_bounds(q.id, topic_id)[1]
+        for key, value in self._topic_reader(q).forward(lower, upper):
+            seq = keys.topic_key_decode(key)[2]
+            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
+            if not self._topic_in_scope(q, t, seq, enqueue_ms):
+                continue
+            lease = t.leases.get(seq)
+            if (lease is not None and lease.state == LEASED) or (
+                    lease is None and self._pending(q, t, seq, enqueue_ms, visible_ms)):
+                t.lock(topic_id, seq)
+                return
+        self._topic_unparked(q, t, topic_id)
+
     def _topic_rejoined(self, q: QueueState, t: TagState, topic_id: int, seq: int,
                         now: int) -> None:
         """``seq`` of ``topic_id`` is Active again out of turn (redriven): it goes before a
@@ -237,4 +267,4 @@ class TopicOps(CounterOps):
             self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
             self._notify(q)
             return
-        t.parked_topics.discard(topic_id)  # the topic has nothing left behind its head
+        self._topic_unparked(q, t, topic_id)  # nothing left behind its head

@@ -1169,3 +1169,24 @@ def test_successor_passed_while_parked_keeps_waiting_after_its_head_ends(engine,
     assert t1.body == b"t1"                                            # was: t3
     assert engine.delete("q", [t1.receipt]) == [None]
     assert [d.body for d in engine.receive("q", max=5)] == [b"t2"]
+
+
+def test_successor_passed_while_parked_keeps_waiting_across_a_reopen(tmp_path, clock):
+    """The same across a restart: which topics have successors passed while parked is
+    persisted, and the topic is locked again at open on its earliest pending message."""
+    engine = Engine.open(tmp_path / "data", clock=clock)
+    engine.create_queue("q")
+    engine.send("q", [{1: b"t0", 3: "t"}, b"a1", {1: b"t1", 3: "t"},
+                      {1: b"t2", 3: "t", 5: 1}, {1: b"t3", 3: "t", 5: 2}])
+    (t0,) = engine.receive("q", max=1)
+    clock.advance(1000)
+    assert [d.body for d in engine.receive("q", max=1)] == [b"a1"]  # passes t2
+    assert engine.delete("q", [t0.receipt]) == [None]
+    engine.close()
+    engine = Engine.open(tmp_path / "data", clock=clock)
+    clock.advance(1000)
+    (t1,) = engine.receive("q", max=1)
+    assert t1.body == b"t1"
+    assert engine.delete("q", [t1.receipt]) == [None]
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t2"]
+    engine.close()
