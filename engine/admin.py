@@ -195,7 +195,7 @@ class AdminOps(GrantOps, TagOps):
             q.oldest_live_ms = -1 if q.expired_seq >= q.next_seq else q.oldest_live_ms
             store = self._store
             store.put(store.meta_h, keys.queue_def_key(q.id), cbor2.dumps(q.definition()))
-            q.oldest_live_ms = self._production_ms(q, q.expired_seq)
+            q.oldest_live_ms = self._production_ms(q, max(q.expired_seq, q.gone_seq))
             self._schedule_expiry_check(q, 0)
             self._advance(q, now)
             self._settle(q, now)

@@ -147,6 +147,8 @@ class EngineCore:
             if it.valid():
                 q.lane_tail[lane] = keys.log_seq(it.key())
                 q.lanes_used.append(lane)
+        # -1 must mean "nothing live" (a send then sets it), never "not known yet".
+        q.oldest_live_ms = self._production_ms(q, max(q.expired_seq, q.gone_seq))
         lower, upper = keys.queue_bounds(queue_id)
         for key, value in Store.items(store.segments, lower, upper):
             q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
@@ -331,7 +333,7 @@ class EngineCore:
                 if expired > q.gone_seq:
                     self._raise_gone(q, expired, expiry=True)
                 self._persist_watermarks(q)
-            q.oldest_live_ms = self._production_ms(q, q.expired_seq)
+            q.oldest_live_ms = self._production_ms(q, max(q.expired_seq, q.gone_seq))
         if self._store.pending > pending:
             self._write_pending()
 

@@ -194,7 +194,7 @@ class QueueState:
     lanes_used: list[int] = field(default_factory=list)  # sorted lanes that ever held a message
     last_time_ms: int = -1           # newest production time
     indexed_ms: int = -1             # newest ms with a time-index entry (-1: index again)
-    oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 unknown
+    oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 none
     segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
     tags: dict[int, TagState] = field(default_factory=dict)
     tag_names: dict[str, int] = field(default_factory=dict)  # lower-cased name -> tag id

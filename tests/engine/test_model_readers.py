@@ -1190,3 +1190,22 @@ def test_successor_passed_while_parked_keeps_waiting_across_a_reopen(tmp_path, c
     assert engine.delete("q", [t1.receipt]) == [None]
     assert [d.body for d in engine.receive("q", max=5)] == [b"t2"]
     engine.close()
+
+
+def test_messages_expire_after_a_reopen_and_a_dead_letter(tmp_path, clock):
+    """DESIGN.md §2: a message is Expired once older than retention. After a reopen, the first
+    message appended to a queue (here a dead-letter copy) made the engine believe it was the
+    oldest live one, so older messages stopped expiring until the copy's own age."""
+    engine = Engine.open(tmp_path / "data", clock=clock)
+    engine.create_queue("dlq", {"retention": 60})
+    engine.create_queue("src", {"redrive": {"dlq": "dlq", "max_receives": 1}})
+    engine.send("dlq", [b"old"])
+    engine.send("src", [b"m"])
+    engine.close()
+    engine = Engine.open(tmp_path / "data", clock=clock)
+    engine.receive("src", visibility_timeout=30)
+    clock.advance(35_000)
+    engine.peek("src")  # the lease ran out: the copy is appended to dlq now
+    clock.advance(60_000)  # "old" (produced at 0) is 95 s old; the copy 60 s
+    assert [p.message.body for p in engine.peek("dlq", start=0, max=5).messages] == [b"m"]
+    engine.close()
