@@ -411,8 +411,7 @@ class EngineCore:
         """Whether delayed message ``seq`` is not Ended for ``t`` and only the delay index
         brings it: in the tag's scope, not yet taken (nor handled by a rewind), no row (a
         LEASED row counts in the tag floor; an ENDED one, e.g. deleted by id, is Ended)."""
-        if seq in t.leases or (visible, seq) <= (t.delay_vt, t.delay_seq) or (
-                seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)):
+        if seq in t.leases or t.delay_taken(visible, seq):
             return False
         if t.filter is None and t.start_ms <= 0 and seq >= t.start_seq:
             return True
@@ -491,8 +490,7 @@ class EngineCore:
         lower, upper = keys.delayseq_key(q.id, low), keys.delayseq_key(q.id, high)
         for key, value in Store.items(store.delayseq, lower, upper):  # delayed, not taken
             seq, visible_ms = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if seq in t.leases or (visible_ms, seq) <= (t.delay_vt, t.delay_seq) or (
-                    seq < t.rewind_seq and (visible_ms, seq) <= (t.rewind_vt, t.rewind_dseq)):
+            if seq in t.leases or t.delay_taken(visible_ms, seq):
                 continue
             count += self._topic_or_plain_in_scope(q, t, seq)
         for topic, head in list(t.locked.items()):  # parked behind a head
@@ -639,7 +637,7 @@ class EngineCore:
             return False
         enqueue_ms, visible_ms, _, _ = PREFIX.unpack_from(value)
         if visible_ms != enqueue_ms:  # delayed: only the delay index brings it
-            return (visible_ms, seq) > (t.delay_vt, t.delay_seq)
+            return not t.delay_taken(visible_ms, seq)
         return seq >= t.cursors[lane]
 
     def _lease_saved(self, q: QueueState, t: TagState, seq: int, lease: Lease,

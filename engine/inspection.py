@@ -47,7 +47,7 @@ class InspectionOps(CounterOps):
                 return "inflight", lease.count, first, lease.due
             return self._active_or_parked(q, t, topic, seq), lease.count, first, None
         if visible_ms != enqueue_ms:
-            if (visible_ms, seq) > (t.delay_vt, t.delay_seq):
+            if not t.delay_taken(visible_ms, seq):
                 if visible_ms > now:
                     return "delayed", 0, None, None
                 return self._active_or_parked(q, t, topic, seq), 0, None, None

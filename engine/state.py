@@ -154,6 +154,13 @@ class TagState:
         self.heads[head] = topic
         heapq.heappush(self.head_heap, head)
 
+    def delay_taken(self, visible: int, seq: int) -> bool:
+        """Whether the delay index has brought delayed message ``seq`` to this tag: its
+        position passed it, or a rewind left it as handled (below ``rewind_seq``, up to the
+        position the rewind moved back from)."""
+        return (visible, seq) <= (self.delay_vt, self.delay_seq) or (
+            seq < self.rewind_seq and (visible, seq) <= (self.rewind_vt, self.rewind_dseq))
+
     def unlock(self, topic: int) -> None:
         head = self.locked.pop(topic, None)
         if head is not None:

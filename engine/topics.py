@@ -145,7 +145,7 @@ class TopicOps(CounterOps):
         """Whether an in-scope message without a lease row is not Ended for ``t``: a delayed
         one not yet taken from the delay index, or one its lane cursor has not reached."""
         if visible_ms != enqueue_ms:
-            return (visible_ms, seq) > (t.delay_vt, t.delay_seq)
+            return not t.delay_taken(visible_ms, seq)
         return seq >= t.cursors[DEFAULT_LANE]
 
     def _topic_gate(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> bool:

@@ -84,7 +84,7 @@ class TagStates:
                 return "inflight", lease.count, first, lease.due
             return self._active_or_parked(topic, seq), lease.count, first, None
         if visible_ms != enqueue_ms:
-            if (visible_ms, seq) > (t.delay_vt, t.delay_seq):
+            if not t.delay_taken(visible_ms, seq):
                 if visible_ms > now:
                     return "delayed", 0, None, None
                 return self._active_or_parked(topic, seq), 0, None, None
@@ -146,5 +146,5 @@ class TagStates:
         """``TopicOps._pending``."""
         t = self.t
         if visible_ms != enqueue_ms:
-            return (visible_ms, seq) > (t.delay_vt, t.delay_seq)
+            return not t.delay_taken(visible_ms, seq)
         return seq >= t.cursors[DEFAULT_LANE]

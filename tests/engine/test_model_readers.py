@@ -1209,3 +1209,20 @@ def test_messages_expire_after_a_reopen_and_a_dead_letter(tmp_path, clock):
     clock.advance(60_000)  # "old" (produced at 0) is 95 s old; the copy 60 s
     assert [p.message.body for p in engine.peek("dlq", start=0, max=5).messages] == [b"m"]
     engine.close()
+
+
+def test_deleted_delayed_message_before_a_rewind_time_stays_deleted(engine, clock):
+    """DESIGN.md §2 "Rewind": only messages produced at or after the rewind time become
+    never-delivered again. A delayed message deleted before it showed "active" in peek and
+    stats (the receive path skipped it rightly), and counted as pending for its topic."""
+    engine.create_queue("q", {"delay": 1, "rewind": 30})
+    engine.send("q", [b"m0"])
+    clock.advance(1000)
+    (m1,) = engine.send("q", [b"m1"])
+    (d,) = engine.receive("q")
+    assert engine.delete("q", [d.receipt]) == [None]
+    engine.rewind("q", m1.enqueue_time, tag="default")
+    clock.advance(85)
+    states = [(p.message.body, p.state) for p in engine.peek("q", start=0, max=5).messages]
+    assert states == [(b"m0", "deleted"), (b"m1", "delayed")]        # was: m0 "active"
+    assert engine.get_queue("q").stats["tags"]["default"]["active"] == 0
