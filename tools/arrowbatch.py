@@ -8,16 +8,18 @@ field; a byte or text body) has a fixed shape around its variable-length body,
     0x1b enqueue(8) | 0x1b visible(8) | 0x50 md5(16) | 0xf6
 
 so every field of a whole batch is found at once, in C: the id and what follows the body sit at
-fixed distances from the value's start and end (``binary_slice``), and the body is a view
-between them. A batch with a row of any other shape (attributes, topic, dead-letter copy, a
-time below 2^32) takes the general path: ``cbor2.loads`` per record. Both paths give identical
-columns (tested), in the rows' order.
+fixed distances from the value's start and end (``binary_slice``), and the body lies between
+them. A batch with a row of any other shape (attributes, topic, dead-letter copy, a time below
+2^32) takes the general path: ``cbor2.loads`` per record. Both paths give identical columns
+(tested), in the rows' order. Measured on 256-byte bodies: 0.11 µs/row for a batch of 16,384
+plain rows, packing the values into Arrow included (the general path: 1.6 µs/row).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import cbor2
@@ -32,9 +34,12 @@ __all__ = ["attribute_text", "log_seqs", "record_batch"]
 
 _ID_AT = PREFIX_SIZE + 3           # value offset of the 25 id characters
 _BODY_HEAD_AT = PREFIX_SIZE + 28   # value offset of the body's CBOR head
+_HEAD = 37                         # bytes from the prefix's end through the longest body head
 _TAIL = 39                         # bytes after a plain record's body
-_HEAD_LENGTHS = (1, 2, 3, 5, 9)    # CBOR head bytes for argument < 24, 1, 2, 4, 8 bytes
-_BIG_ENDIAN = {1: np.dtype("u1"), 2: np.dtype(">u2"), 4: np.dtype(">u4"), 8: np.dtype(">u8")}
+_SHORTEST = _BODY_HEAD_AT + 1 + _TAIL  # a plain record with an empty body
+# By the body head's kind (0: length in the head; 1-4: in the 1, 2, 4, 8 bytes after it):
+_HEAD_BYTES = np.array([1, 2, 3, 5, 9], np.int64)
+_LENGTH_SHIFT = np.array([0, 56, 48, 32, 0], np.uint64)  # the length's bits in a u64 read
 # The log key ``queue:u32 | lane:u8 | seq:u64`` (keys.log_key) as a numpy record, checked
 # against the encoder so the two cannot drift apart.
 _LOG_KEY = np.dtype([("queue", ">u4"), ("lane", "u1"), ("seq", ">u8")])
@@ -62,6 +67,17 @@ def record_batch(schema: pa.Schema, queue: str, segment: int, seqs: Sequence[int
     return _plain_batch(schema, queue, segment, seqs, states, packed, plain)
 
 
+@dataclass(frozen=True)
+class _Plain:
+    """Where the parts of every (plain) value of a batch are: ``tail`` is each value's last
+    ``_TAIL`` bytes as an (n, 39) byte matrix; the body of row i is ``body_length[i]`` bytes
+    from value offset ``body_start[i]``."""
+
+    tail: np.ndarray
+    body_start: np.ndarray
+    body_length: np.ndarray
+
+
 def _fixed(array: pa.Array, width: int) -> np.ndarray:
     """A binary array whose elements are all ``width`` bytes as an (n, width) byte matrix."""
     offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
@@ -69,32 +85,32 @@ def _fixed(array: pa.Array, width: int) -> np.ndarray:
     return data[offsets[0]:offsets[-1]].reshape(len(array), width)
 
 
-def _plain_rows(packed: pa.BinaryArray) -> dict[str, Any] | None:
-    """Where the body of each row starts if *every* row is plain (module docstring), else
-    None. Whatever is not the body sits at a fixed distance from the value's start (head) or
-    end (tail): two ``binary_slice`` calls give them as byte matrices."""
-    lengths = pc.binary_length(packed).to_numpy(zero_copy_only=False).astype(np.int64)
-    if lengths.min() < _BODY_HEAD_AT + 1 + _TAIL:
+def _value_lengths(packed: pa.BinaryArray) -> np.ndarray:
+    offsets = np.frombuffer(packed.buffers()[1], np.int32, len(packed) + 1, packed.offset * 4)
+    return np.diff(offsets).astype(np.int64)
+
+
+def _plain_rows(packed: pa.BinaryArray) -> _Plain | None:
+    """Where the body of each row is if *every* row is plain (module docstring), else None.
+    Whatever is not the body sits at a fixed distance from the value's start (head) or end
+    (tail): two ``binary_slice`` calls give them as byte matrices, checked column by column."""
+    lengths = _value_lengths(packed)
+    if lengths.min() < _SHORTEST:
         return None  # shorter than any plain record
-    head = _fixed(pc.binary_slice(packed, PREFIX_SIZE, _BODY_HEAD_AT + 1), 29)
+    head = _fixed(pc.binary_slice(packed, PREFIX_SIZE, PREFIX_SIZE + _HEAD), _HEAD)
     tail = _fixed(pc.binary_slice(packed, -_TAIL), _TAIL)
+    # array of 9 | text of 25 (the id) | a byte or text head
+    body_head = head[:, 28]
+    major, info = body_head >> 5, (body_head & 31).astype(np.int64)
     mask = (head[:, 0] == 0x89) & (head[:, 1] == 0x78) & (head[:, 2] == 0x19)
-    major, info = head[:, 28] >> 5, (head[:, 28] & 31).astype(np.int64)
     mask &= ((major == 2) | (major == 3)) & (info <= 27)
-    kind = np.clip(info - 23, 0, 4)  # 0: length in the head; 1-4: in 1, 2, 4, 8 bytes
-    length = info.copy()
-    with_argument = np.nonzero(kind)[0]  # bodies of 24 bytes or more: values >= 114 bytes
-    if with_argument.size:
-        if lengths[with_argument].min() < _BODY_HEAD_AT + 9:
-            return None
-        argument = _fixed(pc.binary_slice(packed.take(pa.array(with_argument)),
-                                          _BODY_HEAD_AT + 1, _BODY_HEAD_AT + 9), 8)
-        for k, width in ((1, 1), (2, 2), (3, 4), (4, 8)):
-            rows = kind[with_argument] == k
-            if rows.any():
-                length[with_argument[rows]] = np.ascontiguousarray(
-                    argument[rows, :width]).view(_BIG_ENDIAN[width]).reshape(-1)
-    body_start = _BODY_HEAD_AT + np.asarray(_HEAD_LENGTHS, np.int64)[kind]
+    kind = np.clip(info - 23, 0, 4)
+    # The 8 bytes after the body head as one big-endian u64; a 1-, 2- or 4-byte length is
+    # its top bits. Within a plain record those bytes exist (the tail is 39 bytes).
+    following = np.ascontiguousarray(head[:, 29:37]).view(">u8").reshape(-1)
+    length = np.where(kind == 0, info, np.minimum(following >> _LENGTH_SHIFT[kind], 1 << 40)
+                      .astype(np.int64))
+    body_start = _BODY_HEAD_AT + _HEAD_BYTES[kind]
     mask &= body_start + length + _TAIL == lengths
     # attributes null, topic null, priority < 24, two 8-byte uints, md5, dead null
     mask &= (tail[:, 0] == 0xF6) & (tail[:, 1] == 0xF6) & (tail[:, 2] < 24)
@@ -102,17 +118,17 @@ def _plain_rows(packed: pa.BinaryArray) -> dict[str, Any] | None:
     mask &= tail[:, 38] == 0xF6
     if not mask.all():
         return None  # a batch mixing plain and other rows is decoded whole by the general path
-    return {"tail": tail, "body_start": body_start, "body_length": length}
+    return _Plain(tail, body_start, length)
 
 
 def _plain_batch(schema: pa.Schema, queue: str, segment: int, seqs: Sequence[int],
                  states: Sequence[str | None] | None, packed: pa.BinaryArray,
-                 plain: dict[str, Any]) -> pa.RecordBatch:
+                 plain: _Plain) -> pa.RecordBatch:
     n = len(packed)
-    tail = plain["tail"]
-    enqueue_ms = np.ascontiguousarray(tail[:, 4:12]).view(_BIG_ENDIAN[8]).reshape(-1)
+    tail = plain.tail
+    enqueue_ms = np.ascontiguousarray(tail[:, 4:12]).view(">u8").reshape(-1)
     columns = [
-        pa.array([queue] * n, pa.string()),
+        pa.repeat(pa.scalar(queue, pa.string()), n),
         pa.array(np.asarray(seqs, np.int64)),
         pc.binary_slice(packed, _ID_AT, _ID_AT + 25).cast(pa.string()),
         pa.array(enqueue_ms.astype(np.int64) * 1000, schema.field("enqueue_time").type),
@@ -121,23 +137,27 @@ def _plain_batch(schema: pa.Schema, queue: str, segment: int, seqs: Sequence[int
         pa.nulls(n, schema.field("attributes").type),
         _bodies(packed, plain),
         pc.binary_slice(packed, -17, -1),
-        pa.array(np.full(n, segment, np.int64)),
+        pa.repeat(pa.scalar(segment, pa.int64()), n),
     ]
     if states is not None:
         columns.append(pa.array(states, pa.string()))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _bodies(packed: pa.BinaryArray, plain: dict[str, Any]) -> pa.Array:
-    """The body column without a Python slice per row: a binary *view* array over the packed
-    values (Arrow's 16-byte views: length, then 12 inline bytes, or a 4-byte prefix, buffer
-    index 0 and offset), cast to plain ``binary`` (one copy, in C). Measured 0.12 µs/row
-    against 0.44 for slicing in Python."""
+def _bodies(packed: pa.BinaryArray, plain: _Plain) -> pa.Array:
+    """The body column without a Python slice per row. When every body head has the same
+    size (bodies of one length class, the usual case), one ``binary_slice`` copies them
+    (0.01 µs/row); otherwise a binary *view* array over the packed values (Arrow's 16-byte
+    views: length, then 12 inline bytes, or a 4-byte prefix, buffer index 0 and offset) is
+    cast to plain ``binary`` (0.08 µs/row)."""
+    start = int(plain.body_start[0])
+    if (plain.body_start == start).all():
+        return pc.binary_slice(packed, start, -_TAIL)
     n = len(packed)
     data = np.frombuffer(packed.buffers()[2], np.uint8)
     value_start = np.frombuffer(packed.buffers()[1], np.int32, n, packed.offset * 4)
-    body_start = value_start.astype(np.int64) + plain["body_start"]
-    lengths = plain["body_length"].astype(np.int32)
+    body_start = value_start.astype(np.int64) + plain.body_start
+    lengths = plain.body_length.astype(np.int32)
     views = np.zeros((n, 4), np.int32)
     views[:, 0] = lengths
     long = lengths > 12

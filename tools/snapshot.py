@@ -23,7 +23,8 @@ Rules:
   engine's own classes (``QueueState``, ``TagState``, ``Segment``, ``Lease``), so the layout
   has one definition (docs/STORAGE.md).
 - Every iterator keeps its ``ReadOptions`` alive until it is done (rocksdict does not): the
-  ``Store.scan`` / ``items`` / ``keys`` / ``values`` helpers, or ``collect_lane``.
+  ``Store.scan`` / ``items`` / ``keys`` / ``values`` helpers, or ``collect_lane`` /
+  ``collect_lane_values``.
 - Not thread-safe: one caller at a time.
 """
 
@@ -81,6 +82,17 @@ def _sweep_secondaries() -> None:
             shutil.rmtree(entry, ignore_errors=True)
         except OSError:
             pass  # alive (another user's process, or no permission to ask)
+
+
+def _scan_options(lower: bytes, upper: bytes) -> ReadOptions:
+    """Read options of a bounded bulk scan. The blocks it reads are not put in the block
+    cache: a scan reads each once, and would only evict what point lookups use (measured
+    0.1 µs/row less)."""
+    options = ReadOptions()
+    options.set_iterate_lower_bound(lower)
+    options.set_iterate_upper_bound(upper)
+    options.fill_cache(False)
+    return options
 
 
 class SnapshotError(RuntimeError):
@@ -316,12 +328,20 @@ class Snapshot:
         ``Store``'s helpers holds: the bounds' ``ReadOptions`` stay referenced until the
         iterator is exhausted (rocksdict does not keep them alive)."""
         lower = keys.log_key(queue_id, lane, first_seq)
-        options = ReadOptions()
-        options.set_iterate_lower_bound(lower)
-        options.set_iterate_upper_bound(keys.log_key(queue_id, lane, end_seq))
+        options = _scan_options(lower, keys.log_key(queue_id, lane, end_seq))
         rows = list(self.store.log.items(from_key=lower, read_opt=options))
         del options  # only now
         return rows
+
+    def collect_lane_values(self, queue_id: int, lane: int, first_seq: int,
+                            end_seq: int) -> list[bytes]:
+        """The values of ``collect_lane`` without their keys (rocksdict's ``values``: 0.45
+        µs/row against 0.75 for ``items``), for a caller that knows the seqs otherwise."""
+        lower = keys.log_key(queue_id, lane, first_seq)
+        options = _scan_options(lower, keys.log_key(queue_id, lane, end_seq))
+        values = list(self.store.log.values(from_key=lower, read_opt=options))
+        del options  # only now
+        return values
 
     def message_rows(self, q: QueueState, first_seq: int,
                      end_seq: int) -> Iterator[tuple[bytes, bytes]]:

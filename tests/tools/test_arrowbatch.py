@@ -68,3 +68,14 @@ def test_small_times_are_not_plain(tmp_path: Path) -> None:
     assert arrowbatch._plain_rows(pa.array(values, pa.binary())) is None
     fast, general = both(seqs, values)
     assert fast.equals(general)
+
+
+@pytest.mark.parametrize("size", [5, 100, 300, 70_000])  # body heads of 1, 2, 3 and 5 bytes
+def test_bodies_of_one_head_size_are_sliced_at_once(tmp_path: Path, size: int) -> None:
+    bodies = [bytes([65 + i]) * (size + i % 3) for i in range(7)]
+    seqs, values = rows(tmp_path / "d", bodies)
+    plain = arrowbatch._plain_rows(pa.array(values, pa.binary()))
+    assert plain is not None and len(set(plain.body_start.tolist())) == 1
+    fast, general = both(seqs, values)
+    assert fast.equals(general)
+    assert fast.column("body").to_pylist() == bodies

@@ -19,11 +19,12 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import datasource as ds  # noqa: E402
 
 from lamina.engine import Engine  # noqa: E402
+from lamina.engine.records import PREFIX_SIZE, Message  # noqa: E402
 from lamina.tools import spark as lamina_spark  # noqa: E402
 from lamina.tools.snapshot import Snapshot  # noqa: E402
 from lamina.tools.tagstate import TagStates  # noqa: E402
 
-from store_builders import START_MS, build_mixed, build_plain  # noqa: E402
+from store_builders import START_MS, body, build_mixed, build_plain  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -232,6 +233,59 @@ def test_a_reclaimed_segment_fails_the_read(tmp_path: Path) -> None:
         engine.purge_queue("q")  # gone_seq passes every segment: they are reclaimed
     with pytest.raises(lamina_spark.SegmentGone, match="segment 0 of queue 'q'"):
         list(lamina_spark.read_partition(str(path), partitions[0], lamina_spark.SCHEMA))
+
+
+def _read_all(path: Path) -> list[Any]:
+    options = lamina_spark._ReadOptions.parse({"path": str(path)})
+    with Snapshot(path) as snapshot:
+        partitions = lamina_spark.plan(snapshot, options, lamina_spark._Bounds())
+    return [batch for p in partitions
+            for batch in lamina_spark.read_partition(str(path), p, lamina_spark.SCHEMA)]
+
+
+def test_partitions_read_in_production_order(mixed: Path) -> None:
+    # priorities and delays put messages in several lanes: each partition merges them by seq
+    with Snapshot(mixed) as snapshot:
+        expected = {q.name: [(seq, value) for seq, _, value in snapshot.messages(q, 0, q.next_seq)]
+                    for q in snapshot.queues()}
+        assert len(snapshot.queue("orders").lanes_used) > 1
+    got: dict[str, list[tuple[int, str]]] = {}
+    for batch in _read_all(mixed):
+        for row in batch.to_pylist():
+            got.setdefault(row["queue"], []).append((row["seq"], row["id"]))
+    for name, messages in expected.items():
+        assert [seq for seq, _ in got[name]] == [seq for seq, _ in messages]
+        assert [id_ for _, id_ in got[name]] == [
+            Message.decode(value[PREFIX_SIZE:]).id for _, value in messages]
+
+
+def test_batches_hold_at_most_batch_rows_and_about_batch_bytes(
+        plain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lamina_spark, "BATCH_ROWS", 30)
+    assert [b.num_rows for b in _read_all(plain)] == [30, 30, 30, 10] * 10
+    value_bytes = len(body(0)) + 90  # prefix and record around a 64-byte body
+    monkeypatch.setattr(lamina_spark, "BATCH_BYTES", 12 * value_bytes - 1)
+    batches = _read_all(plain)  # a batch ends with the row that reaches BATCH_BYTES
+    assert [b.num_rows for b in batches] == ([12] * 8 + [4]) * 10
+    assert [r["seq"] for b in batches for r in b.select(["seq"]).to_pylist()] == list(
+        range(1000))
+
+
+def test_a_worker_freezes_its_heap_once(plain: Path) -> None:
+    # in a fresh interpreter, as a Spark worker: gc.freeze changes the whole process
+    script = f"""
+import gc
+from lamina.tools import spark
+source = spark.LaminaDataSource({{"path": {str(plain)!r}, "queue": "q"}})
+reader = source.reader(spark.SCHEMA)
+first, second = reader.partitions()[:2]
+assert gc.get_freeze_count() == 0
+rows = sum(batch.num_rows for batch in reader.read(first))
+frozen = gc.get_freeze_count()
+rows += sum(batch.num_rows for batch in reader.read(second))
+assert rows == 200 and frozen > 10_000 and gc.get_freeze_count() == frozen, frozen
+"""
+    subprocess.run([sys.executable, "-c", script], check=True)
 
 
 @pytest.mark.parametrize("filter_, expected", [
