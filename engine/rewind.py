@@ -71,6 +71,8 @@ class RewindOps(TopicOps):
         # Topics: heads that stay Inflight keep their topic locked; rewound messages of it
         # wait behind them and are looked for from from_seq when they end.
         for topic, head in list(t.locked.items()):
+            if head < from_seq:
+                continue  # not rewound: still the earliest unfinished message of its topic
             if head in kept:
                 t.topic_from[topic] = min(t.topic_from.get(topic, from_seq), from_seq)
             else:

@@ -1226,3 +1226,19 @@ def test_deleted_delayed_message_before_a_rewind_time_stays_deleted(engine, cloc
     states = [(p.message.body, p.state) for p in engine.peek("q", start=0, max=5).messages]
     assert states == [(b"m0", "deleted"), (b"m1", "delayed")]        # was: m0 "active"
     assert engine.get_queue("q").stats["tags"]["default"]["active"] == 0
+
+
+def test_rewind_after_a_topic_head_keeps_its_parked_successor(engine, clock):
+    """DESIGN.md §2 "Rewind" changes only messages produced from its time on. A rewind to a
+    time after an Inflight topic head unlocked its topic anyway: when the head was deleted its
+    parked successor (passed by the cursor) was never offered again, and gone_seq then
+    passed it: the message was lost."""
+    engine.create_queue("q", {"rewind": 30})
+    engine.send("q", [{1: b"t0", 3: "t"}, {1: b"t1", 3: "t"}])
+    clock.advance(1000)
+    engine.send("q", [b"x"])
+    (t0,) = engine.receive("q", max=1)
+    assert [d.body for d in engine.receive("q", max=1)] == [b"x"]  # passes t1
+    engine.rewind("q", clock.now_ms, tag="default")
+    assert engine.delete("q", [t0.receipt]) == [None]
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t1"]    # was: []
