@@ -191,6 +191,7 @@ class InspectionOps(CounterOps):
             t = self._tag(q, tag)
             ids = check_batch(ids, "ids")
             self._advance(q, now)
+            self._settle(q, now)  # an id gone by now answers null (gone_seq can rise with time)
             results: list[LaminaError | None] = []
             for index, message_id in enumerate(ids):
                 try:

@@ -1242,3 +1242,16 @@ def test_rewind_after_a_topic_head_keeps_its_parked_successor(engine, clock):
     engine.rewind("q", clock.now_ms, tag="default")
     assert engine.delete("q", [t0.receipt]) == [None]
     assert [d.body for d in engine.receive("q", max=5)] == [b"t1"]    # was: []
+
+
+def test_delete_by_id_of_a_message_gone_by_time_is_null(engine, clock):
+    """DESIGN.md §2: ``gone_seq`` stands at the highest value its definition allows at now,
+    and ``delete_by_id`` answers null below it. A message Ended for every tag leaves the rewind
+    window with time alone; a tag that never received it (filtered out) got MessageNotFound
+    until another operation raised ``gone_seq``."""
+    engine.create_queue("q", {"rewind": 30})
+    engine.create_tag("q", "blue", start="oldest", filter={"attributes": {"k": 1}})
+    (m,) = engine.send("q", [b"m"])
+    assert engine.delete("q", [engine.receive("q")[0].receipt]) == [None]
+    clock.advance(31_000)
+    assert engine.delete_by_id("q", [m.id], tag="blue") == [None]    # was: MessageNotFound
