@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import cbor2
+from hypothesis import HealthCheck, settings
 
 from lamina.engine import InvalidArgument, LaminaError, MessageTooLarge
 
@@ -32,6 +34,17 @@ DEFAULTS = {
 MAX_DELAY_S = 30 * 86400
 MAX_VISIBILITY_S = 43200
 DEFAULT_PRIORITY = 8
+
+def machine_settings(examples: int, steps: int) -> settings:
+    """Settings of a model state machine; ``LAMINA_MODEL_EXAMPLES`` overrides the number of
+    examples (README "Tests")."""
+    return settings(
+        max_examples=int(os.environ.get("LAMINA_MODEL_EXAMPLES", examples)),
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
 
 # -- entries -----------------------------------------------------------------------------------
 
@@ -138,6 +151,14 @@ def parse_entry(raw: object, attrs: dict[str, Any]) -> Parsed:
     if size > attrs["max_message_size"]:
         raise Invalid(MessageTooLarge)
     return parsed
+
+
+def visibility_entry_ok(entry: object) -> bool:
+    """A ``change_visibility`` entry is ``[receipt, seconds]`` with 0 <= seconds <= 43200."""
+    if not isinstance(entry, list) or len(entry) != 2:
+        return False
+    timeout = entry[1]
+    return is_number(timeout) and 0 <= timeout <= MAX_VISIBILITY_S
 
 
 def typed(value: Any) -> Any:

@@ -275,3 +275,14 @@ def reader_queue_attributes(draw: st.DrawFn) -> dict[str, Any]:
     if rewind:
         attrs["rewind"] = rewind
     return attrs
+
+
+def draw_visibility_entry(data: st.DataObject, raw: object) -> Any:
+    """A ``change_visibility`` entry for receipt ``raw``: mostly valid, sometimes a bad timeout
+    or a malformed entry."""
+    shape = data.draw(st.integers(0, 15), label="entry shape")
+    if shape == 0:
+        return [raw, data.draw(bad_durations, label="bad timeout")]
+    if shape == 1:
+        return data.draw(st.sampled_from([[raw], [raw, 1, 1], raw, None]))
+    return [raw, data.draw(visibility_changes, label="timeout")]

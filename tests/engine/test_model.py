@@ -13,14 +13,13 @@ peek are the readers machine's (``test_model_readers.py``, model in ``model.py``
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -48,20 +47,20 @@ try:  # tests/engine is a package
     from . import strategies as S
     from .model import (
         DEFAULTS,
-        MAX_VISIBILITY_S,
         Invalid,
         Parsed,
         error_name,
         floor_ms,
-        is_number,
+        machine_settings,
+        visibility_entry_ok,
         parse_entry,
         typed,
     )
 except ImportError:  # rootdir-relative import (tests/engine on sys.path)
     import strategies as S  # type: ignore[no-redef]
     from model import (  # type: ignore[no-redef]
-        DEFAULTS, MAX_VISIBILITY_S, Invalid, Parsed, error_name, floor_ms, is_number,
-        parse_entry, typed)
+        DEFAULTS, Invalid, Parsed, error_name, floor_ms,
+        machine_settings, parse_entry, typed, visibility_entry_ok)
 
 START_MS = 1_700_000_000_000
 
@@ -413,22 +412,13 @@ class EngineMachine(RuleBasedStateMachine):
         receipts = self.draw_receipts(data, q, "change_visibility receipts")
         entries: list[Any] = []
         for raw in receipts:
-            shape = data.draw(st.integers(0, 15), label="entry shape")
-            if shape == 0:
-                entries.append([raw, data.draw(S.bad_durations, label="bad timeout")])
-            elif shape == 1:
-                entries.append(data.draw(st.sampled_from([[raw], [raw, 1, 1], raw, None])))
-            else:
-                entries.append([raw, data.draw(S.visibility_changes, label="timeout")])
+            entries.append(S.draw_visibility_entry(data, raw))
         expected: list[Any] = []
         for entry in entries:
-            if not isinstance(entry, list) or len(entry) != 2:
+            if not visibility_entry_ok(entry):
                 expected.append(InvalidArgument)
                 continue
             raw, timeout = entry
-            if not is_number(timeout) or not 0 <= timeout <= MAX_VISIBILITY_S:
-                expected.append(InvalidArgument)
-                continue
             outcome = self.receipt_outcome(q, raw)
             if outcome != "current":
                 expected.append({"InvalidReceipt": InvalidReceipt,
@@ -534,12 +524,7 @@ class EngineMachine(RuleBasedStateMachine):
             self.check_stats(q)
 
 
-EngineMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("LAMINA_MODEL_EXAMPLES", 80)),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+EngineMachine.TestCase.settings = machine_settings(80, 40)
 TestEngineModel = EngineMachine.TestCase
 
 
@@ -547,17 +532,7 @@ TestEngineModel = EngineMachine.TestCase
 # Focused examples in the same spirit (each one a scenario the machine also reaches)
 # ----------------------------------------------------------------------------------------------
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START_MS)
-
-
-@pytest.fixture
-def engine(tmp_path, clock):
-    engine = Engine.open(tmp_path / "data", clock=clock)
-    yield engine
-    engine.close()
+# (the ``clock`` and ``engine`` fixtures come from tests/conftest.py; START_MS is its clock)
 
 
 def test_delivery_order_active_again_then_priority(engine, clock):

@@ -13,14 +13,13 @@ and the stats of ``get_queue`` (watermarks included).
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -55,7 +54,6 @@ try:  # tests/engine is a package
         DELETED,
         INFLIGHT,
         LEASED,
-        MAX_VISIBILITY_S,
         Invalid,
         Model,
         ModelMessage,
@@ -64,16 +62,17 @@ try:  # tests/engine is a package
         Parsed,
         error_name,
         floor_ms,
-        is_number,
+        machine_settings,
+        visibility_entry_ok,
         parse_entry,
         typed,
     )
 except ImportError:  # rootdir-relative import (tests/engine on sys.path)
     import strategies as S  # type: ignore[no-redef]
     from model import (  # type: ignore[no-redef]
-        DEAD, DEFAULTS, DELETED, INFLIGHT, LEASED, MAX_VISIBILITY_S, Invalid, Model,
-        ModelMessage, ModelQueue, ModelTag, Parsed, error_name, floor_ms, is_number,
-        parse_entry, typed)
+        DEAD, DEFAULTS, DELETED, INFLIGHT, LEASED, Invalid, Model,
+        ModelMessage, ModelQueue, ModelTag, Parsed, error_name, floor_ms,
+        machine_settings, parse_entry, typed, visibility_entry_ok)
 
 START_MS = 1_700_000_000_000
 QUEUE_NAMES = ("alpha", "Beta")   # alpha's DLQ, when it has a redrive policy, is Beta
@@ -438,22 +437,13 @@ class ReadersMachine(RuleBasedStateMachine):
             return
         entries: list[Any] = []
         for raw in self.draw_receipts(data, q, t):
-            shape = data.draw(st.integers(0, 15), label="entry shape")
-            if shape == 0:
-                entries.append([raw, data.draw(S.bad_durations, label="bad timeout")])
-            elif shape == 1:
-                entries.append(data.draw(st.sampled_from([[raw], [raw, 1, 1], raw, None])))
-            else:
-                entries.append([raw, data.draw(S.visibility_changes, label="timeout")])
+            entries.append(S.draw_visibility_entry(data, raw))
         expected: list[Any] = []
         for entry in entries:
-            if not isinstance(entry, list) or len(entry) != 2:
+            if not visibility_entry_ok(entry):
                 expected.append(InvalidArgument)
                 continue
             raw, timeout = entry
-            if not is_number(timeout) or not 0 <= timeout <= MAX_VISIBILITY_S:
-                expected.append(InvalidArgument)
-                continue
             outcome = self.receipt_outcome(q, t, raw)
             if outcome != "current":
                 expected.append({"InvalidReceipt": InvalidReceipt,
@@ -913,12 +903,7 @@ class ReadersMachine(RuleBasedStateMachine):
             self.check_stats(q)
 
 
-ReadersMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("LAMINA_MODEL_EXAMPLES", 200)),
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+ReadersMachine.TestCase.settings = machine_settings(200, 50)
 TestReadersModel = ReadersMachine.TestCase
 
 
@@ -928,17 +913,7 @@ TestReadersModel = ReadersMachine.TestCase
 # comment gives its old answer.
 # ----------------------------------------------------------------------------------------------
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START_MS)
-
-
-@pytest.fixture
-def engine(tmp_path, clock):
-    engine = Engine.open(tmp_path / "data", clock=clock)
-    yield engine
-    engine.close()
+# (the ``clock`` and ``engine`` fixtures come from tests/conftest.py; START_MS is its clock)
 
 
 def test_peek_before_receive_does_not_lose_the_topic_head(engine, clock):
