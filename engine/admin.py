@@ -14,7 +14,6 @@ from .errors import (
     InvalidArgument,
     InvalidRedrivePolicy,
     QueueAlreadyExists,
-    QueueNotFound,
     TooManyQueues,
 )
 from .records import PREFIX, PREFIX_SIZE
@@ -22,7 +21,6 @@ from .results import QueueInfo, QueuePage
 from .state import LEASED, QueueState, TagState
 from .store import COLUMN_FAMILIES, Store
 from .validation import (
-    check_args,
     check_int,
     check_queue_name,
     default_queue_attributes,
@@ -195,7 +193,7 @@ class AdminOps(GrantOps, TagOps):
             q.oldest_live_ms = -1 if q.expired_seq >= q.next_seq else q.oldest_live_ms
             store = self._store
             store.put(store.meta_h, keys.queue_def_key(q.id), cbor2.dumps(q.definition()))
-            q.oldest_live_ms = self._production_ms(q, max(q.expired_seq, q.gone_seq))
+            q.oldest_live_ms = self._oldest_live_ms(q)
             self._schedule_expiry_check(q, 0)
             self._advance(q, now)
             self._settle(q, now)

@@ -138,7 +138,6 @@ class EngineCore:
         q = QueueState(queue_id, definition["name"], definition["attributes"],
                        definition["created"])
         q.decode_watermarks(store.meta[keys.watermarks_key(queue_id)])
-        q.delayseq_from = q.gone_seq  # nothing below it matters; the walk starts there
         self._queues[queue_id] = q
         self._queue_names[q.name.lower()] = queue_id
         for lane in LANE_RANGE:
@@ -147,8 +146,7 @@ class EngineCore:
             if it.valid():
                 q.lane_tail[lane] = keys.log_seq(it.key())
                 q.lanes_used.append(lane)
-        # -1 must mean "nothing live" (a send then sets it), never "not known yet".
-        q.oldest_live_ms = self._production_ms(q, max(q.expired_seq, q.gone_seq))
+        q.oldest_live_ms = self._oldest_live_ms(q)
         lower, upper = keys.queue_bounds(queue_id)
         for key, value in Store.items(store.segments, lower, upper):
             q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
@@ -333,9 +331,18 @@ class EngineCore:
                 if expired > q.gone_seq:
                     self._raise_gone(q, expired, expiry=True)
                 self._persist_watermarks(q)
-            q.oldest_live_ms = self._production_ms(q, max(q.expired_seq, q.gone_seq))
+            q.oldest_live_ms = self._oldest_live_ms(q)
         if self._store.pending > pending:
             self._write_pending()
+
+    def _oldest_live_ms(self, q: QueueState) -> int:
+        """Production time of the oldest retained message, -1 when none is (so a send may set
+        it; never "not known yet"). Below ``gone_seq`` records may be collected."""
+        return self._production_ms(q, max(q.expired_seq, q.gone_seq))
+
+    def _save_tag_definition(self, q: QueueState, t: TagState) -> None:
+        store = self._store
+        store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
 
     def _production_ms(self, q: QueueState, seq: int) -> int:
         """Production time of message ``seq`` (-1 when it is not in the log)."""

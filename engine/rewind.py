@@ -14,7 +14,6 @@ its successor is looked for from ``from_seq`` rather than after the head
 
 from __future__ import annotations
 
-import cbor2
 
 from . import keys
 from .errors import RewindDisabled, RewindOutOfRange
@@ -90,4 +89,4 @@ class RewindOps(TopicOps):
         q.delayseq_from = min(q.delayseq_from, from_seq)
         t.delay_hint = 0
         store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
-        store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
+        self._save_tag_definition(q, t)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import cbor2
 
 from . import keys
 from .core import DEFAULT_TAG
@@ -63,7 +62,7 @@ class TagOps(TopicOps):
         for lane in q.lanes_used:
             self._snap_cursor(q, t, lane)
         q.delayseq_from = min(q.delayseq_from, q.gone_seq)
-        store.put(store.meta_h, keys.tag_def_key(q.id, tag_id), cbor2.dumps(t.definition()))
+        self._save_tag_definition(q, t)
         store.put(store.tags_h, keys.tag_key(q.id, tag_id), t.encode_cursors())
         return t
 

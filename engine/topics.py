@@ -221,8 +221,7 @@ class TopicOps(CounterOps):
         lease = t.leases.get(head)
         if lease is not None and lease.state == LEASED and lease.due > now:
             t.topic_from[topic_id] = min(t.topic_from.get(topic_id, seq), seq)
-            store = self._store
-            store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
+            self._save_tag_definition(q, t)
         else:
             t.unlock(topic_id)
             t.lock(topic_id, seq)
@@ -236,8 +235,7 @@ class TopicOps(CounterOps):
         start = seq + 1
         if topic_id in t.topic_from:  # rewound messages wait from there (rewind.py)
             start = min(start, t.topic_from.pop(topic_id))
-            store = self._store
-            store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
+            self._save_tag_definition(q, t)
         lower = keys.topic_key(q.id, topic_id, max(start, q.gone_seq))
         upper = keys.topic_bounds(q.id, topic_id)[1]
         for key, value in self._topic_reader(q).forward(lower, upper):
