@@ -70,6 +70,9 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--rate", type=float, help="w3 messages per second (default 2000)")
     sizes.add_argument("--duration", type=float, help="w3 seconds (default 10)")
     sizes.add_argument("--connections", type=int, help="idle connections (default 1000)")
+    sizes.add_argument("--client-poll-us", type=int, default=100, metavar="US",
+                       help="w4: the client polls this long for each answer before sleeping "
+                            "(Client busy_poll_us; 0: sleeps at once; default 100)")
     sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
     output = parser.add_argument_group("runs and output")
@@ -135,7 +138,8 @@ def _run(args: argparse.Namespace) -> int:
     names = list(WORKLOAD_NAMES) if "all" in args.workloads else list(dict.fromkeys(args.workloads))
     params = Params(processes=args.processes, messages=args.messages, batch=args.batch,
                     body_bytes=args.body_bytes, inflight=args.inflight, rate=args.rate,
-                    duration_s=args.duration, connections=args.connections)
+                    duration_s=args.duration, connections=args.connections,
+                    client_poll_us=args.client_poll_us)
     if args.server is not None and args.fsync:
         _log("--fsync with --server: the --fsync targets apply; whether the server syncs is "
              "its own setting")

@@ -228,12 +228,13 @@ def latency_consumer_worker(index: int, barrier: Any, address: tuple[str, int], 
 
 
 def round_trip_worker(index: int, barrier: Any, address: tuple[str, int], queue: str,
-                      messages: int, body_bytes: int) -> Recorder:
+                      messages: int, body_bytes: int, poll_us: int) -> Recorder:
     """W4: ``messages`` sends of one message, each awaited; then receive 1 + delete 1 as
-    many times. First, for scale, pings: the round trip of a request with no engine work."""
+    many times. First, for scale, pings: the round trip of a request with no engine work.
+    ``poll_us``: the client's ``busy_poll_us``."""
     body = os.urandom(body_bytes)
     recorder = Recorder()
-    with Client.connect(*address, timeout=30) as client:
+    with Client.connect(*address, timeout=30, busy_poll_us=poll_us) as client:
         barrier.wait()
         recorder.start("ping")
         add = recorder.add

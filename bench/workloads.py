@@ -64,6 +64,8 @@ class Params:
     rate: float | None = None
     duration_s: float | None = None
     connections: int | None = None
+    #: w4's client: poll for each answer this long before sleeping (``Client`` busy_poll_us).
+    client_poll_us: int = 100
 
 
 @dataclass
@@ -288,10 +290,12 @@ def run_w3(run: Run, params: Params) -> WorkloadResult:
 
 def run_w4(run: Run, params: Params) -> WorkloadResult:
     messages = params.messages or 20_000
-    result = _new_result("w4", run, params, messages=messages, body_bytes=params.body_bytes)
+    result = _new_result("w4", run, params, messages=messages, body_bytes=params.body_bytes,
+                         client_poll_us=params.client_poll_us)
     queue = "bench-w4"
     _fresh_queue(run, queue)
-    specs = [WorkerSpec(round_trip_worker, (run.address, queue, messages, params.body_bytes))]
+    specs = [WorkerSpec(round_trip_worker, (run.address, queue, messages, params.body_bytes,
+                                            params.client_poll_us))]
     samples, stats, client_cpu = _measure(run, specs)
     t0 = first_start(samples)
     ping = summarize("ping", samples["ping"], t0_s=t0)

@@ -23,6 +23,12 @@ Errors (one hierarchy, the engine's, ``lamina.engine.errors``):
 
 Both clients pipeline: any number of threads (Client) or tasks (AsyncClient) may call at once
 over one connection; answers are matched by id. Neither reconnects on its own.
+
+``Client.connect(..., busy_poll_us=N)`` trades CPU for latency: the thread waiting for an answer
+polls the socket for up to N µs before it sleeps, so the answer finds it awake (on a virtual
+machine waking a sleeping thread costs tens of µs; the server does the same on its side,
+``server/busypoll.py``). For callers that do round trip after round trip; 0 (the default)
+sleeps at once.
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ import os
 import socket
 import ssl
 import threading
+import time
 from typing import Any, Callable, TypeVar
 
 import trio
 
 from lamina.engine.errors import InvalidArgument, LaminaError, Unauthorized, error_from_wire
 
+from .busypoll import MAX_BUSY_POLL_US
 from .framing import DEFAULT_MAX_FRAME_BYTES
 from .lease import AsyncLeaseKeeper, LeaseKeeper, process_async, process_sync
 from .operations import Delivery, Operations, Peeked, ServerInfo, message
@@ -149,15 +157,20 @@ class Client(Operations):
         self._reading = False  # a thread is reading the socket for everyone
         self._sleepers = 0  # threads waiting on _state for their answer or their turn
         self._closed = False
+        self._poll_s = 0.0  # busy_poll_us, in seconds (see connect)
 
     @classmethod
     def connect(cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
                 key: str | None = None, secret: str | None = None,
                 tls: bool | ssl.SSLContext = False, server_hostname: str | None = None,
                 timeout: float | None = 10.0,
-                max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Client:
+                max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                busy_poll_us: int = 0) -> Client:
         """Connect, read the greeting and authenticate (when the server requires it) within
-        ``timeout`` seconds. ``tls``: True for the system's CAs, or an ``SSLContext``."""
+        ``timeout`` seconds. ``tls``: True for the system's CAs, or an ``SSLContext``.
+        ``busy_poll_us``: poll this long for each answer before sleeping (module docstring)."""
+        if type(busy_poll_us) is not int or not 0 <= busy_poll_us <= MAX_BUSY_POLL_US:
+            raise InvalidArgument("busy_poll_us", f"must be an integer 0..{MAX_BUSY_POLL_US}")
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -176,6 +189,7 @@ class Client(Operations):
             sock.close()
             raise
         sock.settimeout(None)
+        client._poll_s = busy_poll_us / 1e6
         return client
 
     def _handshake(self, key: str | None, secret: str | None) -> None:
@@ -271,13 +285,37 @@ class Client(Operations):
 
     def _receive(self) -> bytes:
         try:
-            received = self._sock.recv_into(self._receive_buffer)
+            received = self._poll() if self._poll_s else -1
+            if received < 0:
+                received = self._sock.recv_into(self._receive_buffer)
             return self._receive_view[:received].tobytes()
         except socket.timeout:
             raise LaminaConnectionError("timed out waiting for the server") from None
         except OSError as exc:
             with self._state:
                 raise self._answers.fail(f"connection lost: {exc}") from None
+
+    def _poll(self) -> int:
+        """Bytes received within the poll window, or -1 if none came (``busy_poll_us``)."""
+        sock, buffer = self._sock, self._receive_buffer
+        end = time.perf_counter() + self._poll_s
+        if isinstance(sock, ssl.SSLSocket):  # takes no flags: non-blocking for the window
+            sock.setblocking(False)
+            try:
+                while True:
+                    try:
+                        return sock.recv_into(buffer)
+                    except (BlockingIOError, ssl.SSLWantReadError):
+                        if time.perf_counter() >= end:
+                            return -1
+            finally:
+                sock.setblocking(True)
+        while True:
+            try:
+                return sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.perf_counter() >= end:
+                    return -1
 
     def _read_once(self) -> None:
         data = self._receive()

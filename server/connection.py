@@ -240,6 +240,7 @@ class Connection:
                 continue
             if not data:
                 return
+            self.server.busy_poll.kick()
             await self._handle(proto.receive_data(data), inbox, len(data))
             if proto.protocol_error is not None:
                 self._log_protocol_error()
@@ -300,6 +301,7 @@ class Connection:
             if not data:
                 return
             self._last_read = trio.current_time()
+            self.server.busy_poll.kick()
             drained = len(data) < RECEIVE_CHUNK_BYTES
             await self._handle(proto.receive_data(data), inbox, len(data))
             if proto.protocol_error is not None:

@@ -12,6 +12,8 @@ Tasks, all owned by :meth:`Server.serve`'s nursery::
     syncer (--fsync): syncs the WAL once for the groups applied meanwhile, then answers
              them (rule 7)
     wait expiry ──> ends waiting receives at their deadlines (waiters.py rule 5)
+    busy poll ──> keeps trio polling the sockets for --busy-poll-us after each read
+                  (busypoll.py: waking a sleeping CPU costs more than a small request)
 
 Rules (each one lives in this file):
 
@@ -75,6 +77,7 @@ from lamina.engine.errors import (
     Unauthorized,
 )
 
+from .busypoll import BusyPoll
 from .config import ServerConfig
 from .connection import Connection, Work
 from .dispatch import (
@@ -179,6 +182,7 @@ class Server:
         self.features = list(FEATURES)
         self.metrics = ServerMetrics()
         self.waiting = WaitingReceives()
+        self.busy_poll = BusyPoll(config.busy_poll_us / 1e6)
         self.connections: set[Connection] = set()
         self.port: int | None = None
         self.metrics_port: int | None = None
@@ -237,6 +241,7 @@ class Server:
                     services.start_soon(self._accept, listeners, pool)
                     services.start_soon(self._timer, self._inbox_send.clone())
                     services.start_soon(self._expire_waits)
+                    services.start_soon(self.busy_poll.run)
                     if config.metrics_port is not None:
                         services.start_soon(self._refresh_metrics)
                     log.info("listening", extra={

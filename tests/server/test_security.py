@@ -171,6 +171,11 @@ async def test_tls(tmp_path: Path, certificates: Certificates) -> None:
             with Client.connect("127.0.0.1", server.port,
                                 tls=certificates.client_context) as sync:
                 assert [d.body for d in sync.receive("secure")] == [b"over tls"]
+            with Client.connect("127.0.0.1", server.port, tls=certificates.client_context,
+                                busy_poll_us=300) as polling:  # polls through TLS too
+                polling.send("secure", [b"polled"])
+                assert polling.receive("secure", max=1, wait=0.2)[0].body == b"polled"
+                assert polling.receive("secure", max=1, wait=0.2) == []
             with pytest.raises(LaminaConnectionError):  # an untrusted certificate
                 Client.connect("127.0.0.1", server.port, tls=True, timeout=5)
             with pytest.raises(LaminaConnectionError):  # plain TCP to a TLS port
