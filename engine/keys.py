@@ -253,8 +253,8 @@ def tag_key(queue: int, tag: int) -> bytes:
 
 # -- leases: queue | tag | seq --------------------------------------------------------------------
 
-def lease_key(queue: int, tag: int, seq: int) -> bytes:
-    return _Q_T_S.pack(queue, tag, seq)
+#: ``lease_key(queue, tag, seq)``: a bound ``struct.pack`` (called per leased message).
+lease_key = _Q_T_S.pack
 
 
 def lease_key_decode(key: bytes) -> tuple[int, int, int]:
@@ -269,8 +269,8 @@ def tag_scope_bounds(queue: int, tag: int) -> tuple[bytes, bytes]:
 
 # -- timers: queue | tag | due | seq --------------------------------------------------------------
 
-def timer_key(queue: int, tag: int, due_ms: int, seq: int) -> bytes:
-    return _Q_T_T_S.pack(queue, tag, due_ms, seq)
+#: ``timer_key(queue, tag, due_ms, seq)``: a bound ``struct.pack`` (called per leased message).
+timer_key = _Q_T_T_S.pack
 
 
 def timer_key_decode(key: bytes) -> tuple[int, int, int, int]:

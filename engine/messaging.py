@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from heapq import heappush
 from typing import TYPE_CHECKING, Any, Sequence
 
 import cbor2
@@ -440,13 +441,32 @@ class MessagingOps(TopicOps):
         with self._operation() as now:
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            results = self._by_receipt(q, t, receipts, now,
-                                       lambda seq, lease: self._lease_dropped(q, t, seq, lease))
+            results = self._by_receipt(q, t, receipts, now, self._deleter(q, t))
             deleted = results.count(None)
             if deleted:
                 self._count(q.id, t.id, DELETED, deleted)
             self._settle(q, now)
             return results
+
+    def _deleter(self, q: QueueState, t: TagState) -> Any:
+        """``end(seq, lease)`` for ``delete``: ``_lease_dropped``, with its usual case (a
+        message no cursor or delay position will bring again, heading no topic) inline: the
+        rows go."""
+        store, cursors, heads, leases = self._store, t.cursors, t.heads, t.leases
+        delete, leases_h, timers_h = store.batch.delete, store.leases_h, store.timers_h
+        lease_key, timer_key, qid, tid = keys.lease_key, keys.timer_key, q.id, t.id
+        rewound = t.rewind_vt != 0
+
+        def end(seq: int, lease: Lease) -> None:
+            if seq < cursors[lease.lane] and not rewound and seq not in heads:
+                del leases[seq]
+                delete(lease_key(qid, tid, seq), leases_h)
+                delete(timer_key(qid, tid, lease.due, seq), timers_h)
+                store.pending += 2
+            else:
+                self._lease_dropped(q, t, seq, lease)
+
+        return end
 
     def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
                           *, caller: str | None = None) -> list[VisibilityChanged | LaminaError]:
@@ -544,6 +564,8 @@ class _Lessor:
         self.budget = EXAMINE_LIMIT
         self.out: list[Delivery] = []
         self.tag_moved = False
+        self.issue = engine._receipts.issue
+        self._due_registered = False  # _register_due ran for this receive
 
     def run(self) -> list[Any]:
         self._active_again()
@@ -609,6 +631,40 @@ class _Lessor:
         receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
         self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first,
                                  lease.due))
+
+    def _lease_new(self, seq: int, lane: int, value: bytes) -> None:
+        """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
+        the first lease of ``seq`` for this tag. The same rows and state as
+        ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
+        (the same for every lease of this receive) is done once, in ``_due_registered``."""
+        t, due, now = self.t, self.due, self.now
+        number = t.lease_counter
+        t.lease_counter = number + 1
+        lease = Lease(LEASED, lane, due, 1, now, number)
+        heappush(t.row_heap, seq)
+        heappush(t.lease_heap, seq)
+        t.leases[seq] = lease
+        qid, tid, store = self.q.id, t.id, self.store
+        batch_put = store.batch.put
+        batch_put(keys.lease_key(qid, tid, seq), lease.encode(), store.leases_h)
+        batch_put(keys.timer_key(qid, tid, due, seq), bytes((lane,)), store.timers_h)
+        store.pending += 2
+        if not self._due_registered:
+            self._register_due()
+        self.out.append(Delivery(value[PREFIX_SIZE:], self.issue(qid, tid, lane, seq, number),
+                                 1, now, due))
+
+    def _register_due(self) -> None:
+        """What a LEASED row due at ``self.due`` registers (``EngineCore._lease_saved``)."""
+        self._due_registered = True
+        q, t, due = self.q, self.t, self.due
+        if due < t.min_due:
+            t.min_due = due
+        if due < t.next_wake or t.next_wake < 0:
+            self.engine._register_wake(q, t, due)
+        if q.attributes["redrive"] is not None and (q.next_expiry < 0 or due < q.next_expiry):
+            q.next_expiry = due
+            heappush(self.engine._expiry_heap, (due, q.id))
 
     def _active_again(self) -> None:
         """Merge expired leases (timers) and ended delays, by (time Active, seq).
@@ -697,9 +753,10 @@ class _Lessor:
     def _never_delivered(self) -> None:
         """Lane cursors, highest priority first; delayed records are stepped over."""
         q, t, store = self.q, self.t, self.store
-        unpack = PREFIX.unpack_from
+        unpack, log_seq, leases = PREFIX.unpack_from, keys.log_seq, t.leases
+        out, count = self.out, self.count
         for lane in q.lanes_used:
-            if len(self.out) >= self.count or self.budget <= 0:
+            if len(out) >= count or self.budget <= 0:
                 return
             tail = q.lane_tail[lane]
             start = max(t.cursors[lane], q.gone_seq, t.start_seq)
@@ -707,20 +764,29 @@ class _Lessor:
                 continue
             lower, upper = keys.log_lane_bounds(q.id, lane, start)
             it = Store.scan(store.log, lower, upper)
-            while it.valid() and len(self.out) < self.count and self.budget > 0:
-                value = it.value()
-                enqueue_ms, visible_ms, _, _ = unpack(value)
+            valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
+            # A plain message (no topic) that every message of the tag's scope passes is
+            # admitted without the general gate.
+            plain_scope = t.filter is None
+            while valid() and len(out) < count and self.budget > 0:
+                value = value_of()
+                enqueue_ms, visible_ms, topic_id, _ = unpack(value)
                 self.budget -= 1
                 if visible_ms == enqueue_ms:
-                    seq = keys.log_seq(it.key())
-                    if seq not in t.leases and self._admit(seq, value):
+                    seq = log_seq(key_of())
+                    if seq not in leases and (
+                            (plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
+                             and seq >= t.start_seq) or self._admit(seq, value)):
                         if not self._fits(value):
                             break
-                        self._lease(seq, lane, value, None)
-                it.next()
+                        if topic_id == 0 and not self.dry_run:
+                            self._lease_new(seq, lane, value)
+                        else:
+                            self._lease(seq, lane, value, None)
+                step()
             if self.dry_run:
                 continue
-            cursor = self.engine._skip_settled(t, it, tail) if len(self.out) >= self.count \
+            cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor
