@@ -247,8 +247,9 @@ class AdminOps(GrantOps, TagOps):
 
     def _tag_stats(self, q: QueueState, t: TagState, now: int) -> dict[str, Any]:
         """Per-tag figures of DESIGN.md §8. ``inflight`` and ``delayed`` are exact; so are
-        ``active`` and ``parked`` for unfiltered tags, counted by walking the backlog's keys
-        (the cost grows with the backlog: get_queue is not a hot path). A filtered tag's
+        ``active`` and ``parked`` for unfiltered tags: counted without walking the backlog on
+        a one-lane queue without topics (``_count_plain_lane``), else by walking the records
+        the cursors have yet to reach (the cost grows with the backlog). A filtered tag's
         ``active`` / ``parked`` are refreshed at most every 10 s and flagged approximate."""
         store = self._store
         gone = q.gone_seq
@@ -290,6 +291,29 @@ class AdminOps(GrantOps, TagOps):
                 return seq
         return q.next_seq
 
+    def _count_plain_lane(self, q: QueueState, t: TagState, lane: int, start: int,
+                          counts: dict[str, int]) -> bool:
+        """The lane part of ``_count_active`` without walking the backlog, where it can be
+        counted: an unfiltered tag whose scope holds all of ``start..tail``, on a queue that
+        uses one lane and never had a topic message. There every seq from ``gone_seq`` up is
+        a record of that lane, and a record the cursor has yet to reach is Active unless it
+        is delayed (a ``delayseq`` row, kept until its segment is collected) or leased. So
+        Active = records - delayed - leased non-delayed: a walk of the delayed messages and
+        of the tag's leases, not of the backlog. -> False where this does not apply."""
+        tail = q.lane_tail[lane]
+        if (t.filter is not None or len(q.lanes_used) != 1 or q.next_topic_id != 1
+                or self._production_ms(q, start) < t.start_ms):
+            return False
+        leased = {seq for seq in t.leases if start <= seq <= tail}
+        delayed = delayed_leased = 0
+        lower, upper = keys.delayseq_key(q.id, start), keys.delayseq_key(q.id, tail + 1)
+        for key in Store.keys(self._store.delayseq, lower, upper):
+            delayed += 1
+            if keys.delayseq_key_decode(key)[1] in leased:
+                delayed_leased += 1
+        counts["active"] += (tail - start + 1) - delayed - (len(leased) - delayed_leased)
+        return True
+
     def _count_active(self, q: QueueState, t: TagState, now: int,
                       counts: dict[str, int]) -> None:
         """Count Active and Parked messages of a tag: leases run out, ended delays, what the
@@ -321,6 +345,8 @@ class AdminOps(GrantOps, TagOps):
         for lane in q.lanes_used:
             start = max(t.cursors[lane], gone, t.start_seq)
             if start > q.lane_tail[lane]:
+                continue
+            if self._count_plain_lane(q, t, lane, start, counts):
                 continue
             lower, upper = keys.log_lane_bounds(q.id, lane, start)
             for key, value in Store.items(store.log, lower, upper):

@@ -64,6 +64,32 @@ def test_tag_counts_follow_leases_running_out_and_delays_ending(engine, q, clock
     assert counts(tag_stats(engine, q)) == {**ZERO, "active": 2}
 
 
+def test_counts_on_a_one_lane_queue_without_topics(engine, q, clock):
+    """Such a queue's Active messages are counted, not walked (every seq is a record of the
+    one lane): delays, leases, deletes, lease expiry, a rewind and a tag's start all count."""
+    engine.set_queue_attributes(q, {"rewind": 3600})
+    engine.send(q, [b"%d" % i for i in range(10)])
+    engine.send(q, [{1: b"d1", 5: 5}, {1: b"d2", 5: 5}, {1: b"d3", 5: 50}])
+    clock.advance(1)
+    engine.send(q, [b"%d" % i for i in range(10, 15)])
+    got = engine.receive(q, max=4, visibility_timeout=2)
+    engine.delete(q, [d.receipt for d in got[:2]])
+    assert counts(tag_stats(engine, q)) == {**ZERO, "active": 11, "inflight": 2, "delayed": 3}
+    clock.advance(5_000)  # two delays end; the two leases ran out
+    assert counts(tag_stats(engine, q)) == {**ZERO, "active": 15, "delayed": 1}
+    taken = engine.receive(q, max=15, visibility_timeout=60)
+    assert len(taken) == 15
+    engine.delete(q, [d.receipt for d in taken[:5]])
+    assert counts(tag_stats(engine, q)) == {**ZERO, "inflight": 10, "delayed": 1}
+    engine.create_tag(q, "later", start=T0 + 1)  # the last five sends and later ones
+    engine.send(q, [b"new"])
+    assert counts(tag_stats(engine, q, "later")) == {**ZERO, "active": 6}
+    assert counts(tag_stats(engine, q)) == {**ZERO, "active": 1, "inflight": 10, "delayed": 1}
+    engine.rewind(q, T0 - 1_000, tag="default")  # back to the start: all but in flight
+    assert counts(tag_stats(engine, q)) == {**ZERO, "active": 8, "inflight": 10, "delayed": 1}
+    assert counts(tag_stats(engine, q, "later")) == {**ZERO, "active": 6}
+
+
 def test_lag_is_the_production_time_of_the_oldest_message_not_ended(engine, q, clock):
     engine.send(q, [b"a"])
     clock.advance(10)
