@@ -22,10 +22,11 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from datetime import datetime, timezone
 from typing import IO, Any, Iterable, Sequence
 
 from lamina.engine.errors import LaminaError
+
+from .timefmt import iso_ms
 
 __all__ = ["BASE64_MARKER", "Output", "body_text", "format_time_ms", "to_json"]
 
@@ -54,8 +55,7 @@ def format_time_ms(value: Any) -> str:
     """Epoch milliseconds -> ``2026-01-01T12:00:00.123Z``; anything else as itself."""
     if type(value) is not int:
         return "" if value is None else str(value)
-    stamp = datetime.fromtimestamp(value / 1000, tz=timezone.utc)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value % 1000:03d}Z"
+    return iso_ms(value)
 
 
 def body_text(body: bytes | str, limit: int = _BODY_PREVIEW_CHARS) -> str:
