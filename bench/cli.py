@@ -40,6 +40,18 @@ By default every run starts its own `lamina serve` on a fresh temporary director
 WORKLOAD_NAMES = ("w1", "w2", "w3", "w4", "idle")  # "all"; "cost" only by name
 
 
+def _poll_window(text: str) -> int:
+    """A busy-poll window in µs, checked here (the server and the client check it too)."""
+    from lamina.server.busypoll import MAX_BUSY_POLL_US
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= MAX_BUSY_POLL_US:
+        raise argparse.ArgumentTypeError(f"must be 0..{MAX_BUSY_POLL_US} µs")
+    return value
+
+
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
     from lamina.tools.commands import parse_server  # cheap: no client import
@@ -56,6 +68,9 @@ def add_bench_command(commands: Any) -> None:
                        help="with --server: its pid, for CPU, memory and --profile")
     where.add_argument("--fsync", action="store_true",
                        help="start the server with --fsync (and use the --fsync targets)")
+    where.add_argument("--busy-poll-us", type=_poll_window, metavar="US",
+                       help="start the server with --busy-poll-us US (default: the server's "
+                            "default, 100)")
     where.add_argument("--data", type=Path, metavar="DIR",
                        help="data directory of the started server (default: a temporary one)")
     sizes = parser.add_argument_group("workload sizes (default: the issue's)")
@@ -70,7 +85,7 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--rate", type=float, help="w3 messages per second (default 2000)")
     sizes.add_argument("--duration", type=float, help="w3 seconds (default 10)")
     sizes.add_argument("--connections", type=int, help="idle connections (default 1000)")
-    sizes.add_argument("--client-poll-us", type=int, default=100, metavar="US",
+    sizes.add_argument("--client-poll-us", type=_poll_window, default=100, metavar="US",
                        help="w4: the client polls this long for each answer before sleeping "
                             "(Client busy_poll_us; 0: sleeps at once; default 100)")
     sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
@@ -143,6 +158,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.server is not None and args.fsync:
         _log("--fsync with --server: the --fsync targets apply; whether the server syncs is "
              "its own setting")
+    if args.server is not None and args.busy_poll_us is not None:
+        _log("--busy-poll-us with --server: ignored (the running server has its own)")
     many_profiles = len(names) * args.repeat > 1
     best: list[Any] = []
     for name in names:
@@ -151,7 +168,10 @@ def _run(args: argparse.Namespace) -> int:
             label = f"{name}{' --fsync' if args.fsync else ''} (run {attempt}/{args.repeat})"
             spawned = None
             if args.server is None:
-                spawned = SpawnedServer.start(fsync=args.fsync, data=args.data)
+                extra = (() if args.busy_poll_us is None
+                         else ("--busy-poll-us", str(args.busy_poll_us)))
+                spawned = SpawnedServer.start(fsync=args.fsync, data=args.data,
+                                              extra_args=extra)
                 address, pid = spawned.address, spawned.pid
                 _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
             else:

@@ -62,6 +62,27 @@ def test_fsync_server_and_table_output(tmp_path: Path, lamina: Any) -> None:
 
 
 @pytest.mark.slow
+def test_round_trips_with_polling_off_on_both_sides(lamina: Any) -> None:
+    ran = lamina(None, "bench", "w4", "--messages", "200", "--busy-poll-us", "0",
+                 "--client-poll-us", "0", "--json")
+    assert ran.code == 0, ran.err
+    result = ran.json()["results"][0]
+    assert result["params"]["client_poll_us"] == 0
+    assert {s["series"]: s["operations"] for s in result["series"]} == {
+        "ping": 200, "send": 200, "receive+delete": 200}
+
+
+@pytest.mark.parametrize("option", ["--busy-poll-us", "--client-poll-us"])
+def test_poll_windows_are_checked(lamina: Any, capsys: pytest.CaptureFixture[str],
+                                  option: str) -> None:
+    for bad in ("-1", "10001", "x"):
+        with pytest.raises(SystemExit) as exc:
+            lamina(None, "bench", "w4", option, bad)
+        assert exc.value.code == 2
+        assert option in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_against_a_running_server(server: Any, lamina: Any) -> None:
     ran = lamina(server, "bench", "w2", "--processes", "2", "--messages", "100", "--json")
     assert ran.code == 0, ran.err
