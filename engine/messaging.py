@@ -636,7 +636,7 @@ class _Lessor:
         """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
         the first lease of ``seq`` for this tag. The same rows and state as
         ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
-        (the same for every lease of this receive) is done once, in ``_due_registered``."""
+        (the same for every lease of this receive) is done once, by ``_register_due``."""
         t, due, now = self.t, self.due, self.now
         number = t.lease_counter
         t.lease_counter = number + 1
