@@ -70,6 +70,9 @@ class EngineCore:
     if TYPE_CHECKING:
         def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
         def _relock_parked(self, q: QueueState, t: TagState, topic_id: int) -> None: ...
+        def _watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None: ...
+        def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
+                               at: int) -> None: ...
         def _apply_expiries(self, q: QueueState, now: int) -> None: ...
         @staticmethod
         def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
@@ -130,6 +133,9 @@ class EngineCore:
         # (due_ms, queue): the earliest lease deadline of each queue with a redrive policy,
         # so that every operation applies dead-letter moves due anywhere first.
         self._expiry_heap: list[tuple[int, int]] = []
+        # (due_ms, queue, tag, seq): leases of topic heads that rewound (or redriven) messages
+        # of their topic wait behind; when one runs out, those go first (topics.py).
+        self._lapse_heap: list[tuple[int, int, int, int]] = []
         for key, value in Store.items(meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
             self._load_queue(keys.queue_def_id(key), cbor2.loads(value))
 
@@ -189,6 +195,8 @@ class EngineCore:
             t.parked_topics.add(keys.parked_topic_decode(key))
         for topic_id in list(t.parked_topics):
             self._relock_parked(q, t, topic_id)
+        for topic_id in t.topic_from:
+            self._watch_lapse(q, t, topic_id)
         return t
 
     # -- the operation frame -------------------------------------------------------------------
@@ -206,6 +214,9 @@ class EngineCore:
                 # Dead-letter moves due anywhere come first, written as their own batch so
                 # that the operation reads them.
                 self._apply_due_expiries(now)
+                self._write_pending()
+            if self._lapse_heap and self._lapse_heap[0][0] <= now:
+                self._apply_due_lapses(now)  # likewise: topic heads whose lease ran out
                 self._write_pending()
             try:
                 yield now
@@ -667,6 +678,8 @@ class EngineCore:
         if lease.state == LEASED:
             store.put(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq),
                       bytes((lease.lane,)))
+            if t.topic_from and t.heads.get(seq) in t.topic_from:
+                heapq.heappush(self._lapse_heap, (lease.due, q.id, t.id, seq))
             if lease.due < t.min_due:
                 t.min_due = lease.due
             if lease.due < t.next_wake or t.next_wake < 0:
@@ -685,6 +698,21 @@ class EngineCore:
             if q is not None and due == q.next_expiry:
                 self._apply_expiries(q, now)
                 self._schedule_expiry_check(q, now)
+
+    def _apply_due_lapses(self, now: int) -> None:
+        """Topic heads whose lease ran out by ``now`` while rewound messages of their topic
+        waited behind them: those go first now (``_topic_head_lapsed``), in deadline order."""
+        heap = self._lapse_heap
+        while heap and heap[0][0] <= now:
+            due, queue_id, tag_id, seq = heapq.heappop(heap)
+            q = self._queues.get(queue_id)
+            t = q.tags.get(tag_id) if q is not None else None
+            if t is None:
+                continue
+            lease, topic_id = t.leases.get(seq), t.heads.get(seq)
+            if (lease is not None and lease.state == LEASED and lease.due == due
+                    and topic_id is not None and topic_id in t.topic_from):
+                self._topic_head_lapsed(q, t, seq, topic_id, due)
 
     def _schedule_expiry_check(self, q: QueueState, now: int) -> None:
         """Register the first lease deadline after ``now`` of a queue with a redrive policy."""

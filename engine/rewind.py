@@ -9,7 +9,9 @@ dropped leases are left to be skipped and deleted when a receive meets them, and
 
 Topics: a rewound message waits behind an Inflight message of its topic; when that head ends,
 its successor is looked for from ``from_seq`` rather than after the head
-(``TagState.topic_from``).
+(``TagState.topic_from``). When the head's lease runs out instead, it is no longer Inflight:
+the earliest rewound message takes the topic over and the head waits behind it
+(``TopicOps._topic_head_lapsed``, applied by every operation first, like dead-letter moves).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class RewindOps(TopicOps):
                 continue  # not rewound: still the earliest unfinished message of its topic
             if head in kept:
                 t.topic_from[topic] = min(t.topic_from.get(topic, from_seq), from_seq)
+                self._watch_lapse(q, t, topic)
             else:
                 t.unlock(topic)
         # Cursors and the delay position move back.

@@ -17,14 +17,18 @@ production order. The rules, as the engine applies them:
        backlog ahead of the cursor);
     3. otherwise it was parked: it becomes Active again now (a LEASED row due now, count 0),
        ordered by that time, and the new head.
+- A rewind (or a redrive) can leave earlier messages of a topic behind its Inflight head
+  (``topic_from``): they wait while it is Inflight; if its lease runs out they go first
+  (``_topic_head_lapsed``), and if it ends the successor search starts from them.
 - Topic messages all live in the default lane; queues without topics pay nothing.
 """
 
 from __future__ import annotations
 
+import heapq
 import struct
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Iterator
 
 import cbor2
 
@@ -180,6 +184,19 @@ class TopicOps(CounterOps):
         t.lock(topic_id, earliest)
         return False
 
+    def _topic_messages(self, q: QueueState, t: TagState, topic_id: int, first: int,
+                        end: int | None = None) -> Iterator[tuple[int, int, int]]:
+        """(seq, enqueue ms, visible ms) of the messages of ``topic_id`` in the tag's scope
+        from seq ``first`` (not below ``gone_seq``) up to ``end`` (exclusive; None: all)."""
+        lower = keys.topic_key(q.id, topic_id, max(first, q.gone_seq))
+        upper = (keys.topic_bounds(q.id, topic_id)[1] if end is None
+                 else keys.topic_key(q.id, topic_id, end))
+        for key, value in self._topic_reader(q).forward(lower, upper):
+            seq = keys.topic_key_decode(key)[2]
+            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
+            if self._topic_in_scope(q, t, seq, enqueue_ms):
+                yield seq, enqueue_ms, visible_ms
+
     def _topic_parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
         """A cursor or the delay index passed a successor of ``topic_id`` while parked."""
         t.parked_topics.add(topic_id)
@@ -196,13 +213,7 @@ class TopicOps(CounterOps):
         """At open: lock a topic with passed successors on its earliest message that is not
         Ended and not passed (Inflight, Active again, or pending), as it was before; the
         passed ones wait behind it. Nothing left: the marker goes."""
-        lower = keys.topic_key(q.id, topic_id, max(q.gone_seq, t.start_seq))
-        upper = keys.topic_bounds(q.id, topic_id)[1]
-        for key, value in self._topic_reader(q).forward(lower, upper):
-            seq = keys.topic_key_decode(key)[2]
-            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
-            if not self._topic_in_scope(q, t, seq, enqueue_ms):
-                continue
+        for seq, enqueue_ms, visible_ms in self._topic_messages(q, t, topic_id, t.start_seq):
             lease = t.leases.get(seq)
             if (lease is not None and lease.state == LEASED) or (
                     lease is None and self._pending(q, t, seq, enqueue_ms, visible_ms)):
@@ -222,9 +233,43 @@ class TopicOps(CounterOps):
         if lease is not None and lease.state == LEASED and lease.due > now:
             t.topic_from[topic_id] = min(t.topic_from.get(topic_id, seq), seq)
             self._save_tag_definition(q, t)
+            self._watch_lapse(q, t, topic_id)
         else:
             t.unlock(topic_id)
             t.lock(topic_id, seq)
+
+    def _watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None:
+        """Rewound (or redriven) messages of ``topic_id`` wait behind its Inflight head: have
+        the head's lease deadline checked (``EngineCore._apply_due_lapses``)."""
+        head = t.locked.get(topic_id)
+        lease = t.leases.get(head) if head is not None else None
+        if lease is not None and lease.state == LEASED:
+            heapq.heappush(self._lapse_heap, (lease.due, q.id, t.id, head))
+
+    def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
+                           at: int) -> None:
+        """The lease of ``head`` ran out at ``at`` while rewound messages of its topic waited
+        behind it (``topic_from``): it is no longer Inflight, so production order holds
+        again (DESIGN.md §2: a rewound message waits behind an *Inflight* message of its
+        topic). The earliest of them not Ended becomes the head; ``head`` (Active again) waits
+        behind it like any successor. A passed one is Active again from ``at``."""
+        start = t.topic_from.pop(topic_id)
+        self._save_tag_definition(q, t)
+        for earlier, enqueue_ms, visible_ms in self._topic_messages(q, t, topic_id, start, head):
+            lease = t.leases.get(earlier)
+            if lease is not None and lease.state != LEASED:
+                continue  # Ended
+            t.unlock(topic_id)
+            t.lock(topic_id, earlier)
+            if lease is None and not self._pending(q, t, earlier, enqueue_ms, visible_ms):
+                # Passed by its cursor (or the delay index) while it waited: Active again.
+                self._lease_saved(q, t, earlier, Lease(LEASED, DEFAULT_LANE, at, 0, 0, 0), None)
+                self._notify(q)
+            elif lease is None and topic_id not in t.parked_topics:
+                # A cursor brings it; until then the lock lives in memory only: the marker
+                # has it relocked on it at open (``_relock_parked``), not on ``head``.
+                self._topic_parked(q, t, topic_id)
+            return
 
     def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None:
         """``seq`` was the head of a topic and is Ended or Expired: pass the topic on."""
@@ -236,14 +281,8 @@ class TopicOps(CounterOps):
         if topic_id in t.topic_from:  # rewound messages wait from there (rewind.py)
             start = min(start, t.topic_from.pop(topic_id))
             self._save_tag_definition(q, t)
-        lower = keys.topic_key(q.id, topic_id, max(start, q.gone_seq))
-        upper = keys.topic_bounds(q.id, topic_id)[1]
-        for key, value in self._topic_reader(q).forward(lower, upper):
-            successor = keys.topic_key_decode(key)[2]
+        for successor, enqueue_ms, visible_ms in self._topic_messages(q, t, topic_id, start):
             if successor == seq:
-                continue
-            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
-            if not self._topic_in_scope(q, t, successor, enqueue_ms):
                 continue
             lease = t.leases.get(successor)
             if lease is not None:

@@ -1230,3 +1230,46 @@ def test_delete_by_id_of_a_message_gone_by_time_is_null(engine, clock):
     assert engine.delete("q", [engine.receive("q")[0].receipt]) == [None]
     clock.advance(31_000)
     assert engine.delete_by_id("q", [m.id], tag="blue") == [None]    # was: MessageNotFound
+
+
+def test_rewound_topic_messages_go_first_once_the_head_is_no_longer_inflight(engine, clock):
+    """DESIGN.md §2 "Topics": a rewound message waits behind an *Inflight* message of its
+    topic. When that head's lease ran out, the engine kept it as the head (Active again, so
+    delivered again) and the rewound earlier messages of its topic waited until it ended:
+    production order broken. Now the earliest rewound one takes the topic over at the lease
+    end and the old head waits behind it, across a reopen too."""
+    engine.create_queue("q", {"rewind": 30})
+    sent = engine.send("q", [{1: b"t1", 3: "t"}, {1: b"t2", 3: "t"}, {1: b"t3", 3: "t"}])
+    clock.advance(1000)
+    assert engine.delete_by_id("q", [sent[0].id, sent[1].id]) == [None, None]
+    (t3,) = engine.receive("q", max=1, visibility_timeout=1)
+    assert t3.body == b"t3"
+    engine.rewind("q", clock.now_ms - 5000, tag="default")  # t1, t2 again; t3 stays Inflight
+    assert engine.receive("q", max=5) == []                   # behind Inflight t3
+    clock.advance(1000)                                       # t3's lease runs out
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t1"]      # was: [b"t3"]
+    assert engine.peek("q", ids=[t3.id]).messages[0].state == "parked"
+    stats = engine.get_queue("q").stats["tags"]["default"]
+    assert (stats["inflight"], stats["parked"]) == (1, 2)
+
+
+def test_rewound_topic_messages_go_first_after_a_reopen(tmp_path, clock):
+    """The same when the head's lease runs out while the engine is closed (the deadline is
+    watched again at open), with the rewound messages not yet reached by the cursor (the
+    topic is locked on the first of them at open)."""
+    engine = Engine.open(tmp_path / "data", clock=clock)
+    engine.create_queue("q", {"rewind": 30})
+    sent = engine.send("q", [{1: b"t1", 3: "t"}, b"a", {1: b"t2", 3: "t"}])
+    clock.advance(1000)
+    assert engine.delete_by_id("q", [sent[0].id, sent[1].id]) == [None, None]
+    (t2,) = engine.receive("q", max=1, visibility_timeout=1)
+    engine.rewind("q", clock.now_ms - 5000, tag="default")   # t1 and a again; t2 Inflight
+    engine.close()
+    clock.advance(2000)
+    engine = Engine.open(tmp_path / "data", clock=clock)
+    assert [d.body for d in engine.receive("q", max=5)] == [b"t1", b"a"]  # t2 behind t1
+    engine.close()
+    engine = Engine.open(tmp_path / "data", clock=clock)
+    assert engine.receive("q", max=5) == []
+    assert engine.peek("q", ids=[t2.id]).messages[0].state == "parked"
+    engine.close()
