@@ -36,11 +36,12 @@ MAX_VISIBILITY_S = 43200
 DEFAULT_PRIORITY = 8
 
 def machine_settings(examples: int, steps: int) -> settings:
-    """Settings of a model state machine; ``LAMINA_MODEL_EXAMPLES`` overrides the number of
-    examples (README "Tests")."""
+    """Settings of a model state machine; ``LAMINA_MODEL_EXAMPLES`` and
+    ``LAMINA_MODEL_STEPS`` override the number of examples and of steps per example (README
+    "Tests")."""
     return settings(
         max_examples=int(os.environ.get("LAMINA_MODEL_EXAMPLES", examples)),
-        stateful_step_count=steps,
+        stateful_step_count=int(os.environ.get("LAMINA_MODEL_STEPS", steps)),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
