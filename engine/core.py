@@ -394,9 +394,17 @@ class EngineCore:
 
     def _copy_alive(self, lease: Lease) -> bool:
         """Whether the DLQ copy named by an ENDED_DEAD lease is not yet Ended for the DLQ's
-        default tag (copies have no delay and no topic: a passed one without a row ended)."""
+        default tag (copies have no delay and no topic: a passed one without a row ended)
+        nor expired: older than the DLQ's retention at the engine's now, even if no operation
+        on the DLQ has applied that yet."""
         dlq = self._queues.get(lease.due)
         if dlq is None or lease.number < dlq.gone_seq:
+            return False
+        # Records from gone_seq up are never collected: None is a copy appended by this very
+        # operation (still in the pending batch), so it is new.
+        value = self._store.log.get(keys.log_key(dlq.id, lease.lane, lease.number))
+        if value is not None and (PREFIX.unpack_from(value)[0]
+                                  < self._now - dlq.attributes["retention"] * 1000):
             return False
         default = dlq.tag_named(DEFAULT_TAG)
         assert default is not None

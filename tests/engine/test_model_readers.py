@@ -1273,3 +1273,19 @@ def test_rewound_topic_messages_go_first_after_a_reopen(tmp_path, clock):
     assert engine.receive("q", max=5) == []
     assert engine.peek("q", ids=[t2.id]).messages[0].state == "parked"
     engine.close()
+
+
+def test_an_expired_dead_letter_copy_frees_its_original(engine, clock):
+    """DESIGN.md §2: a dead letter's original is kept while a redrive could bring it back,
+    i.e. while its DLQ copy is alive. A copy that expired by the DLQ's retention held the
+    original (and ``gone_seq`` of its queue) until an operation on the DLQ applied that
+    expiry."""
+    engine.create_queue("dlq", {"retention": 60})
+    engine.create_queue("q", {"visibility_timeout": 1,
+                              "redrive": {"dlq": "dlq", "max_receives": 1}})
+    engine.send("q", [b"m"])
+    engine.receive("q")
+    clock.advance(1000)                    # the lease runs out: the copy goes to dlq
+    assert engine.get_queue("q").stats["messages"] == 1
+    clock.advance(61_000)                  # the copy expires
+    assert engine.get_queue("q").stats["messages"] == 0               # was: 1
