@@ -400,12 +400,13 @@ class EngineCore:
         dlq = self._queues.get(lease.due)
         if dlq is None or lease.number < dlq.gone_seq:
             return False
-        # Records from gone_seq up are never collected: None is a copy appended by this very
-        # operation (still in the pending batch), so it is new.
-        value = self._store.log.get(keys.log_key(dlq.id, lease.lane, lease.number))
-        if value is not None and (PREFIX.unpack_from(value)[0]
-                                  < self._now - dlq.attributes["retention"] * 1000):
-            return False
+        horizon = self._now - dlq.attributes["retention"] * 1000
+        if dlq.oldest_live_ms < horizon:  # else nothing retained in the DLQ can have expired
+            # Records from gone_seq up are never collected: None is a copy appended by this
+            # very operation (still in the pending batch), so it is new.
+            value = self._store.log.get(keys.log_key(dlq.id, lease.lane, lease.number))
+            if value is not None and PREFIX.unpack_from(value)[0] < horizon:
+                return False
         default = dlq.tag_named(DEFAULT_TAG)
         assert default is not None
         copy = default.leases.get(lease.number)
@@ -687,15 +688,19 @@ class EngineCore:
             store.put(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq),
                       bytes((lease.lane,)))
             if t.topic_from and t.heads.get(seq) in t.topic_from:
-                heapq.heappush(self._lapse_heap, (lease.due, q.id, t.id, seq))
-            if lease.due < t.min_due:
-                t.min_due = lease.due
-            if lease.due < t.next_wake or t.next_wake < 0:
-                self._register_wake(q, t, lease.due)
-            if q.attributes["redrive"] is not None and (
-                    q.next_expiry < 0 or lease.due < q.next_expiry):
-                q.next_expiry = lease.due
-                heapq.heappush(self._expiry_heap, (lease.due, q.id))
+                self._watch_lapse(q, t, t.heads[seq])
+            self._watch_lease_due(q, t, lease.due)
+
+    def _watch_lease_due(self, q: QueueState, t: TagState, due: int) -> None:
+        """A LEASED row due at ``due``: the receive walk's lower bound, the tag's wake-up and,
+        with a redrive policy, the dead-letter check must not miss it."""
+        if due < t.min_due:
+            t.min_due = due
+        if due < t.next_wake or t.next_wake < 0:
+            self._register_wake(q, t, due)
+        if q.attributes["redrive"] is not None and (q.next_expiry < 0 or due < q.next_expiry):
+            q.next_expiry = due
+            heapq.heappush(self._expiry_heap, (due, q.id))
 
     def _apply_due_expiries(self, now: int) -> None:
         """Dead-letter moves due by ``now`` in every queue (before any operation acts)."""

@@ -441,32 +441,13 @@ class MessagingOps(TopicOps):
         with self._operation() as now:
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            results = self._by_receipt(q, t, receipts, now, self._deleter(q, t))
+            results = self._by_receipt(q, t, receipts, now,
+                                       lambda seq, lease: self._lease_dropped(q, t, seq, lease))
             deleted = results.count(None)
             if deleted:
                 self._count(q.id, t.id, DELETED, deleted)
             self._settle(q, now)
             return results
-
-    def _deleter(self, q: QueueState, t: TagState) -> Any:
-        """``end(seq, lease)`` for ``delete``: ``_lease_dropped``, with its usual case (a
-        message no cursor or delay position will bring again, heading no topic) inline: the
-        rows go."""
-        store, cursors, heads, leases = self._store, t.cursors, t.heads, t.leases
-        delete, leases_h, timers_h = store.batch.delete, store.leases_h, store.timers_h
-        lease_key, timer_key, qid, tid = keys.lease_key, keys.timer_key, q.id, t.id
-        rewound = t.rewind_vt != 0
-
-        def end(seq: int, lease: Lease) -> None:
-            if seq < cursors[lease.lane] and not rewound and seq not in heads:
-                del leases[seq]
-                delete(lease_key(qid, tid, seq), leases_h)
-                delete(timer_key(qid, tid, lease.due, seq), timers_h)
-                store.pending += 2
-            else:
-                self._lease_dropped(q, t, seq, lease)
-
-        return end
 
     def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
                           *, caller: str | None = None) -> list[VisibilityChanged | LaminaError]:
@@ -565,7 +546,7 @@ class _Lessor:
         self.out: list[Delivery] = []
         self.tag_moved = False
         self.issue = engine._receipts.issue
-        self._due_registered = False  # _register_due ran for this receive
+        self._due_watched = False  # _watch_lease_due ran for this receive's due time
 
     def run(self) -> list[Any]:
         self._active_again()
@@ -636,7 +617,7 @@ class _Lessor:
         """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
         the first lease of ``seq`` for this tag. The same rows and state as
         ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
-        (the same for every lease of this receive) is done once, by ``_register_due``."""
+        (the same for every lease of this receive, ``_watch_lease_due``) is done once."""
         t, due, now = self.t, self.due, self.now
         number = t.lease_counter
         t.lease_counter = number + 1
@@ -649,22 +630,12 @@ class _Lessor:
         batch_put(keys.lease_key(qid, tid, seq), lease.encode(), store.leases_h)
         batch_put(keys.timer_key(qid, tid, due, seq), bytes((lane,)), store.timers_h)
         store.pending += 2
-        if not self._due_registered:
-            self._register_due()
+        if not self._due_watched:
+            self._due_watched = True
+            self.engine._watch_lease_due(self.q, t, due)
         self.out.append(Delivery(value[PREFIX_SIZE:], self.issue(qid, tid, lane, seq, number),
                                  1, now, due))
 
-    def _register_due(self) -> None:
-        """What a LEASED row due at ``self.due`` registers (``EngineCore._lease_saved``)."""
-        self._due_registered = True
-        q, t, due = self.q, self.t, self.due
-        if due < t.min_due:
-            t.min_due = due
-        if due < t.next_wake or t.next_wake < 0:
-            self.engine._register_wake(q, t, due)
-        if q.attributes["redrive"] is not None and (q.next_expiry < 0 or due < q.next_expiry):
-            q.next_expiry = due
-            heappush(self.engine._expiry_heap, (due, q.id))
 
     def _active_again(self) -> None:
         """Merge expired leases (timers) and ended delays, by (time Active, seq).

@@ -1128,10 +1128,9 @@ def test_redriven_topic_message_goes_before_its_successor(engine, clock):
     assert [d.body for d in engine.receive("q", max=5)] == [b"t0"]    # was: t1
 
 
-def test_successor_passed_while_parked_keeps_waiting_after_its_head_ends(engine, clock):
-    """DESIGN.md §2 "Topics": one at a time in production order. t2 was passed by the delay
-    index while t0 was Inflight; when t0 ended, the next successor t1 was still ahead of the
-    cursor, and the topic was left unlocked: t3's delay then ended and it went first."""
+def _pass_t2_while_parked_then_end_t0(engine, clock) -> None:
+    """Topic t: t0 Inflight while "a1" is received, which passes t2 (its delay ended) behind
+    it; then t0 is deleted while t1 is still ahead of the cursor and t3 still delayed."""
     engine.create_queue("q")
     engine.send("q", [{1: b"t0", 3: "t"}, b"a1", {1: b"t1", 3: "t"},
                       {1: b"t2", 3: "t", 5: 1}, {1: b"t3", 3: "t", 5: 2}])
@@ -1139,6 +1138,13 @@ def test_successor_passed_while_parked_keeps_waiting_after_its_head_ends(engine,
     clock.advance(1000)
     assert [d.body for d in engine.receive("q", max=1)] == [b"a1"]  # passes t2
     assert engine.delete("q", [t0.receipt]) == [None]
+
+
+def test_successor_passed_while_parked_keeps_waiting_after_its_head_ends(engine, clock):
+    """DESIGN.md §2 "Topics": one at a time in production order. t2 was passed by the delay
+    index while t0 was Inflight; when t0 ended, the next successor t1 was still ahead of the
+    cursor, and the topic was left unlocked: t3's delay then ended and it went first."""
+    _pass_t2_while_parked_then_end_t0(engine, clock)
     clock.advance(1000)
     (t1,) = engine.receive("q", max=1)
     assert t1.body == b"t1"                                            # was: t3
@@ -1150,13 +1156,7 @@ def test_successor_passed_while_parked_keeps_waiting_across_a_reopen(tmp_path, c
     """The same across a restart: which topics have successors passed while parked is
     persisted, and the topic is locked again at open on its earliest pending message."""
     engine = Engine.open(tmp_path / "data", clock=clock)
-    engine.create_queue("q")
-    engine.send("q", [{1: b"t0", 3: "t"}, b"a1", {1: b"t1", 3: "t"},
-                      {1: b"t2", 3: "t", 5: 1}, {1: b"t3", 3: "t", 5: 2}])
-    (t0,) = engine.receive("q", max=1)
-    clock.advance(1000)
-    assert [d.body for d in engine.receive("q", max=1)] == [b"a1"]  # passes t2
-    assert engine.delete("q", [t0.receipt]) == [None]
+    _pass_t2_while_parked_then_end_t0(engine, clock)
     engine.close()
     engine = Engine.open(tmp_path / "data", clock=clock)
     clock.advance(1000)
