@@ -299,23 +299,20 @@ class Client(Operations):
         """Bytes received within the poll window, or -1 if none came (``busy_poll_us``)."""
         sock, buffer = self._sock, self._receive_buffer
         end = time.perf_counter() + self._poll_s
-        if isinstance(sock, ssl.SSLSocket):  # takes no flags: non-blocking for the window
+        tls = isinstance(sock, ssl.SSLSocket)
+        if tls:  # an SSL socket takes no flags: it is non-blocking for the window instead
             sock.setblocking(False)
-            try:
-                while True:
-                    try:
-                        return sock.recv_into(buffer)
-                    except (BlockingIOError, ssl.SSLWantReadError):
-                        if time.perf_counter() >= end:
-                            return -1
-            finally:
+        flags = 0 if tls else socket.MSG_DONTWAIT
+        try:
+            while True:
+                try:
+                    return sock.recv_into(buffer, len(buffer), flags)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    if time.perf_counter() >= end:
+                        return -1
+        finally:
+            if tls:
                 sock.setblocking(True)
-        while True:
-            try:
-                return sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                if time.perf_counter() >= end:
-                    return -1
 
     def _read_once(self) -> None:
         data = self._receive()
