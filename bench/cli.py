@@ -28,6 +28,7 @@ Run the issue-4 workloads against a Lamina server and report throughput, latency
 
   w1    produce: 4 processes, batches of 16, 200,000 messages       (target 100,000 msg/s)
   w2    consume: 4 processes, receive up to 16 + delete, pre-filled (target  70,000 msg/s)
+        (each delete goes with the next receive; --sequential: a round trip each)
   w3    latency: 2,000 msg/s paced for 10 s, one long-polling consumer (p99 1.5 ms)
   w4    round trips: 20,000 awaited sends, then receive 1 + delete 1 (8,000 / 5,000 per s)
   idle  1,000 idle connections: the server's memory growth             (100 MB)
@@ -82,6 +83,10 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--body-bytes", type=int, default=256, help="body size (default 256)")
     sizes.add_argument("--inflight", type=int, default=1,
                        help="requests in flight per process (w1, w2; default 1)")
+    sizes.add_argument("--sequential", action="store_true",
+                       help="w2: each consumer receives, then deletes, in two round trips "
+                            "(default: each delete goes with the next receive, one round "
+                            "trip per batch: Client.delete_and_receive)")
     sizes.add_argument("--rate", type=float, help="w3 messages per second (default 2000)")
     sizes.add_argument("--duration", type=float, help="w3 seconds (default 10)")
     sizes.add_argument("--connections", type=int, help="idle connections (default 1000)")
@@ -153,6 +158,7 @@ def _run(args: argparse.Namespace) -> int:
     names = list(WORKLOAD_NAMES) if "all" in args.workloads else list(dict.fromkeys(args.workloads))
     params = Params(processes=args.processes, messages=args.messages, batch=args.batch,
                     body_bytes=args.body_bytes, inflight=args.inflight, rate=args.rate,
+                    sequential=args.sequential,
                     duration_s=args.duration, connections=args.connections,
                     client_poll_us=args.client_poll_us)
     if args.server is not None and args.fsync:

@@ -102,22 +102,35 @@ def produce_worker(index: int, barrier: Any, address: tuple[str, int], queue: st
 
 
 def consume_worker(index: int, barrier: Any, address: tuple[str, int], queue: str,
-                   batch: int, inflight: int) -> Recorder:
-    """W2: receive up to ``batch``, delete them with one request, until the queue is empty."""
+                   batch: int, inflight: int, sequential: bool) -> Recorder:
+    """W2: receive up to ``batch`` and delete them with one request, until the queue is empty.
+    Each batch's delete goes out with the next receive (``Client.delete_and_receive``: one
+    round trip per batch); ``sequential``: receive, then delete, two round trips per batch. A
+    sample is one batch, from the request that received it to the answer of its delete."""
     with Client.connect(*address, timeout=30) as client:
         barrier.wait()
 
         def work(thread: int, recorder: Recorder) -> None:
             add = recorder.add
-            while True:
-                begin = clock_s()
-                deliveries = client.receive(queue, max=batch, wait=0)
-                if not deliveries:
-                    return
-                results = client.delete(queue, deliveries)
+            if sequential:
+                while True:
+                    begin = clock_s()
+                    deliveries = client.receive(queue, max=batch, wait=0)
+                    if not deliveries:
+                        return
+                    results = client.delete(queue, deliveries)
+                    end = clock_s()
+                    add("receive+delete", end, end - begin, len(deliveries))
+                    check_results(results, "delete")
+            begin = clock_s()
+            deliveries = client.receive(queue, max=batch, wait=0)
+            while deliveries:
+                results, following = client.delete_and_receive(queue, deliveries, max=batch,
+                                                               wait=0)
                 end = clock_s()
                 add("receive+delete", end, end - begin, len(deliveries))
                 check_results(results, "delete")
+                begin, deliveries = end, following
 
         return _threads(inflight, work, ["receive+delete"])
 

@@ -3,7 +3,8 @@
 ====  =======================================================================================
 w1    produce: 4 processes send 200,000 messages in batches of 16        target ≥ 100,000 msg/s
 w2    consume: a pre-filled queue (200,000); 4 processes receive up to 16 and delete each
-      batch with one request                                             target ≥ 70,000 msg/s
+      batch with one request, sent with the next receive (one round trip per batch;
+      ``--sequential``: two)                                             target ≥ 70,000 msg/s
 w3    latency: one producer sends 2,000 msg/s for 10 s (one message per send, paced open
       loop: a send is not held back by earlier answers), one consumer long-polls (receive
       up to 16, deletes on the side); end-to-end = receive time - send time, the send
@@ -66,6 +67,8 @@ class Params:
     connections: int | None = None
     #: w4's client: poll for each answer this long before sleeping (``Client`` busy_poll_us).
     client_poll_us: int = 100
+    #: w2's consumers: receive, then delete, in two round trips (not ``delete_and_receive``).
+    sequential: bool = False
 
 
 @dataclass
@@ -239,11 +242,13 @@ def run_w2(run: Run, params: Params) -> WorkloadResult:
     messages = params.messages or 200_000
     batch = params.batch or 16
     result = _new_result("w2", run, params, processes=processes, messages=messages, batch=batch,
-                         body_bytes=params.body_bytes, inflight=params.inflight)
+                         body_bytes=params.body_bytes, inflight=params.inflight,
+                         round_trips_per_batch=2 if params.sequential else 1)
     queue = "bench-w2"
     _fresh_queue(run, queue)
     prefill(run, queue, messages, params.body_bytes)
-    specs = [WorkerSpec(consume_worker, (run.address, queue, batch, params.inflight))
+    specs = [WorkerSpec(consume_worker, (run.address, queue, batch, params.inflight,
+                                         params.sequential))
              for _ in range(processes)]
     samples, stats, client_cpu = _measure(run, specs)
     consume = summarize("receive+delete", samples["receive+delete"])

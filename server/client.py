@@ -38,7 +38,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import trio
 
@@ -90,6 +90,22 @@ def _encode(proto: ClientConnection, op: str, args: dict[str, Any]) -> tuple[int
         if "max_frame" in str(exc):  # not sent; the connection is fine
             raise InvalidArgument(op, str(exc)) from None
         raise LaminaConnectionError(str(exc)) from None
+
+
+def _encode_all(proto: ClientConnection, requests: Sequence[tuple[str, dict[str, Any]]]
+                ) -> tuple[list[int], list[bytes], LaminaError | None]:
+    """Encode ``requests`` in order up to the first that cannot be: -> (ids, frames, its
+    error or None)."""
+    ids: list[int] = []
+    frames: list[bytes] = []
+    for op, args in requests:
+        try:
+            request_id, frame = _encode(proto, op, args)
+        except LaminaError as exc:
+            return ids, frames, exc
+        ids.append(request_id)
+        frames.append(frame)
+    return ids, frames, None
 
 
 def _raise_for(response: Response, decode: Callable[[dict[str, Any]], T]) -> T:
@@ -227,17 +243,32 @@ class Client(Operations):
     # -- requests -----------------------------------------------------------------------------
 
     def _call(self, op: str, args: dict[str, Any], decode: Callable[[dict[str, Any]], T]) -> T:
+        (request_id,) = self._send(((op, args),))
+        return _raise_for(self._wait_for(request_id), decode)
+
+    def _call_many(self, requests: Sequence[tuple[str, dict[str, Any]]],
+                   finish: Callable[[list[Response]], T]) -> T:
+        return finish([self._wait_for(request_id) for request_id in self._send(requests)])
+
+    def _send(self, requests: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
+        """Write ``requests`` in one write; -> their ids. If one cannot be encoded, the ones
+        before it are still sent and answered, then its error is raised."""
         with self._send_lock:
             with self._state:
                 if self._answers.failure is not None:
                     raise self._answers.failure
-                request_id, frame = _encode(self._proto, op, args)
-            try:
-                self._sock.sendall(frame)
-            except OSError as exc:
-                with self._state:
-                    raise self._answers.fail(f"connection lost: {exc}") from None
-        return _raise_for(self._wait_for(request_id), decode)
+                ids, frames, error = _encode_all(self._proto, requests)
+            if frames:
+                try:
+                    self._sock.sendall(frames[0] if len(frames) == 1 else b"".join(frames))
+                except OSError as exc:
+                    with self._state:
+                        raise self._answers.fail(f"connection lost: {exc}") from None
+        if error is not None:
+            for request_id in ids:
+                self._wait_for(request_id)
+            raise error
+        return ids
 
     def _wait_for(self, request_id: int) -> Response:
         """Leader/follower: one waiting thread reads at a time and hands the others their
@@ -455,37 +486,60 @@ class AsyncClient(Operations):
 
     async def _call(self, op: str, args: dict[str, Any],
                     decode: Callable[[dict[str, Any]], T]) -> T:
+        (response,) = await self._exchange(((op, args),))
+        return _raise_for(response, decode)
+
+    async def _call_many(self, requests: Sequence[tuple[str, dict[str, Any]]],
+                         finish: Callable[[list[Response]], T]) -> T:
+        return finish(await self._exchange(requests))
+
+    async def _exchange(self, requests: Sequence[tuple[str, dict[str, Any]]]
+                        ) -> list[Response]:
+        """Write ``requests`` in one write and wait for their answers (see ``Client._send``
+        for a request that cannot be encoded)."""
         if self._answers.failure is not None:
             raise self._answers.failure
-        request_id, frame = _encode(self._proto, op, args)
-        pending = self._pending[request_id] = _Pending()
+        ids, frames, error = _encode_all(self._proto, requests)
+        waits = [_Pending() for _ in ids]
+        self._pending.update(zip(ids, waits))
         try:
-            fd = self._fd
-            if fd is not None and not self._send_lock.locked():
-                # Plain TCP and nobody sending: write at once, without a task switch. Only
-                # what the socket did not take is sent under the lock (taken before any
-                # checkpoint, so no other frame can come between the two parts).
-                try:
-                    sent = os.write(fd, frame)
-                except BlockingIOError:
-                    sent = 0
-                except OSError as exc:
-                    raise self._fail(f"connection lost: {exc}") from None
-                if sent < len(frame):
-                    self._send_lock.acquire_nowait()
-                    try:
-                        await self._send_shielded(frame[sent:])
-                    finally:
-                        self._send_lock.release()
-            else:
-                async with self._send_lock:
-                    await self._send_shielded(frame)
-            await pending.event.wait()
+            if frames:
+                await self._write(frames[0] if len(frames) == 1 else b"".join(frames))
+            for pending in waits:
+                await pending.event.wait()
         finally:
-            self._pending.pop(request_id, None)
-        if pending.response is None:
-            raise self._answers.failure or LaminaConnectionError("connection closed")
-        return _raise_for(pending.response, decode)
+            for request_id in ids:
+                self._pending.pop(request_id, None)
+        if error is not None:
+            raise error
+        responses: list[Response] = []
+        for pending in waits:
+            if pending.response is None:
+                raise self._answers.failure or LaminaConnectionError("connection closed")
+            responses.append(pending.response)
+        return responses
+
+    async def _write(self, data: bytes) -> None:
+        fd = self._fd
+        if fd is not None and not self._send_lock.locked():
+            # Plain TCP and nobody sending: write at once, without a task switch. Only what
+            # the socket did not take is sent under the lock (taken before any checkpoint, so
+            # no other frame can come between the two parts).
+            try:
+                sent = os.write(fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise self._fail(f"connection lost: {exc}") from None
+            if sent < len(data):
+                self._send_lock.acquire_nowait()
+                try:
+                    await self._send_shielded(data[sent:])
+                finally:
+                    self._send_lock.release()
+        else:
+            async with self._send_lock:
+                await self._send_shielded(data)
 
     async def _send_shielded(self, data: bytes) -> None:
         # A frame cut short by a cancellation would corrupt the stream for everyone.

@@ -13,8 +13,11 @@ message comes back after at most one ``lease_s``: keep ``lease_s`` short.
             handle(delivery)
             keeper.complete(delivery)
 
-``process_sync`` / ``process_async`` are that loop, behind ``Client.process`` and
-``AsyncClient.process``. A lease the keeper could not extend (the message was deleted by id,
+``complete_all`` deletes several with one request; ``complete_and_receive`` does that with the
+next receive in the same round trip (``Client.delete_and_receive``) and holds what it receives.
+
+``process_sync`` / ``process_async`` are that loop, one round trip per batch, behind
+``Client.process`` and ``AsyncClient.process``. A lease the keeper could not extend (the message was deleted by id,
 purged, or the lease had already lapsed) is reported in ``lost`` and ``complete`` raises
 ``StaleReceipt`` for it: the message may be handled twice.
 """
@@ -118,13 +121,33 @@ class LeaseKeeper:
 
     def complete(self, delivery: Delivery) -> None:
         """Delete a held message (its work succeeded) and stop keeping it."""
-        with self._lock:
-            receipt = self._leases.take(delivery)
-            if receipt is None:
-                receipt = delivery.receipt
-            error = self.client.delete(self.queue, [receipt], tag=self.tag)[0]
+        error = self.complete_all([delivery])[0]
         if error is not None:
             raise error
+
+    def complete_all(self, deliveries: list[Delivery]) -> list[LaminaError | None]:
+        """Delete messages (their work succeeded) with one request and stop keeping them;
+        -> per delivery None or the error."""
+        receipts = self._take_all(deliveries)
+        return self.client.delete(self.queue, receipts, tag=self.tag) if receipts else []
+
+    def complete_and_receive(self, deliveries: list[Delivery], *, max: int | None = None,
+                             wait: float | None = None, visibility_timeout: float | None = None
+                             ) -> tuple[list[LaminaError | None], list[Delivery]]:
+        """``complete_all`` and the next receive in one round trip
+        (``Client.delete_and_receive``); the messages received are held."""
+        receipts = self._take_all(deliveries)
+        results, received = self.client.delete_and_receive(
+            self.queue, receipts, tag=self.tag, max=max, wait=wait,
+            visibility_timeout=visibility_timeout)
+        self.hold(received)
+        return results, received
+
+    def _take_all(self, deliveries: list[Delivery]) -> list[bytes]:
+        """The current receipts of ``deliveries``, no longer extended. Under the lock: an
+        extension in flight has renewed them by then, and none after it includes them."""
+        with self._lock:
+            return [self._leases.take(d) or d.receipt for d in deliveries]
 
     def release(self, delivery: Delivery, *, timeout_s: float = 0) -> None:
         """Stop keeping a message and let it come back ``timeout_s`` from now (0: at once)."""
@@ -192,11 +215,28 @@ class AsyncLeaseKeeper:
         return self._leases.receipts.get(delivery.id)
 
     async def complete(self, delivery: Delivery) -> None:
-        async with self._lock:
-            receipt = self._leases.take(delivery) or delivery.receipt
-            error = (await self.client.delete(self.queue, [receipt], tag=self.tag))[0]
+        error = (await self.complete_all([delivery]))[0]
         if error is not None:
             raise error
+
+    async def complete_all(self, deliveries: list[Delivery]) -> list[LaminaError | None]:
+        receipts = await self._take_all(deliveries)
+        return await self.client.delete(self.queue, receipts, tag=self.tag) if receipts else []
+
+    async def complete_and_receive(self, deliveries: list[Delivery], *, max: int | None = None,
+                                   wait: float | None = None,
+                                   visibility_timeout: float | None = None
+                                   ) -> tuple[list[LaminaError | None], list[Delivery]]:
+        receipts = await self._take_all(deliveries)
+        results, received = await self.client.delete_and_receive(
+            self.queue, receipts, tag=self.tag, max=max, wait=wait,
+            visibility_timeout=visibility_timeout)
+        self.hold(received)
+        return results, received
+
+    async def _take_all(self, deliveries: list[Delivery]) -> list[bytes]:
+        async with self._lock:
+            return [self._leases.take(d) or d.receipt for d in deliveries]
 
     async def release(self, delivery: Delivery, *, timeout_s: float = 0) -> None:
         async with self._lock:
@@ -236,17 +276,22 @@ def process_sync(client: Client, queue: str, handler: Callable[[Delivery], Any],
                  tag: str | None, max: int, wait: float, lease_s: float, limit: int | None,
                  stop: threading.Event | None, release_on_error: bool) -> int:
     """Receive (leasing for ``lease_s``), run ``handler`` on each message while its lease is
-    kept, delete it when the handler returns. A handler that raises is logged; its message is
-    no longer extended and comes back after its lease (at once with ``release_on_error``).
-    Stops after ``limit`` handled messages or when ``stop`` is set (checked between receives,
-    so it may take one ``wait``). -> handled and deleted messages."""
+    kept, and delete the messages handled with the next receive (one round trip per batch;
+    they stay held meanwhile). A handler that raises is logged; its message is no longer
+    extended and comes back after its lease (at once with ``release_on_error``). Stops after
+    ``limit`` handled messages or when ``stop`` is set (checked between receives, so it may
+    take one ``wait``). -> handled and deleted messages."""
     handled = 0
     with LeaseKeeper(client, queue, tag=tag, lease_s=lease_s) as keeper:
-        while (limit is None or handled < limit) and not (stop is not None and stop.is_set()):
-            count = max if limit is None else min(max, limit - handled)
-            deliveries = client.receive(queue, tag=tag, max=count, wait=wait,
-                                        visibility_timeout=lease_s)
-            keeper.hold(deliveries)
+        done: list[Delivery] = []  # handled: deleted with the next receive
+        while True:
+            count = _next_count(max, limit, handled + len(done))
+            if count == 0 or (stop is not None and stop.is_set()):
+                break
+            results, deliveries = keeper.complete_and_receive(
+                done, max=count, wait=wait, visibility_timeout=lease_s)
+            handled += _deleted(done, results)
+            done = []
             for delivery in deliveries:
                 try:
                     handler(delivery)
@@ -257,11 +302,9 @@ def process_sync(client: Client, queue: str, handler: Callable[[Delivery], Any],
                     else:
                         keeper.forget(delivery)
                     continue
-                try:
-                    keeper.complete(delivery)
-                    handled += 1
-                except LaminaError as exc:
-                    log.warning("could not delete %s after handling it: %s", delivery.id, exc)
+                done.append(delivery)
+        if done:
+            handled += _deleted(done, keeper.complete_all(done))
     return handled
 
 
@@ -272,11 +315,15 @@ async def process_async(client: AsyncClient, queue: str,
     """The async twin of :func:`process_sync` (``handler`` is awaited)."""
     handled = 0
     async with AsyncLeaseKeeper(client, queue, tag=tag, lease_s=lease_s) as keeper:
-        while (limit is None or handled < limit) and not (stop is not None and stop.is_set()):
-            count = max if limit is None else min(max, limit - handled)
-            deliveries = await client.receive(queue, tag=tag, max=count, wait=wait,
-                                              visibility_timeout=lease_s)
-            keeper.hold(deliveries)
+        done: list[Delivery] = []
+        while True:
+            count = _next_count(max, limit, handled + len(done))
+            if count == 0 or (stop is not None and stop.is_set()):
+                break
+            results, deliveries = await keeper.complete_and_receive(
+                done, max=count, wait=wait, visibility_timeout=lease_s)
+            handled += _deleted(done, results)
+            done = []
             for delivery in deliveries:
                 try:
                     await handler(delivery)
@@ -287,9 +334,20 @@ async def process_async(client: AsyncClient, queue: str,
                     else:
                         keeper.forget(delivery)
                     continue
-                try:
-                    await keeper.complete(delivery)
-                    handled += 1
-                except LaminaError as exc:
-                    log.warning("could not delete %s after handling it: %s", delivery.id, exc)
+                done.append(delivery)
+        if done:
+            handled += _deleted(done, await keeper.complete_all(done))
     return handled
+
+
+def _next_count(max: int, limit: int | None, counted: int) -> int:
+    """How many to receive next: ``max``, or what is left of ``limit`` (0: stop)."""
+    return max if limit is None else min(max, limit - counted)
+
+
+def _deleted(done: list[Delivery], results: list[LaminaError | None]) -> int:
+    """How many of ``done`` were deleted; a failed delete is logged (may be handled twice)."""
+    for delivery, error in zip(done, results):
+        if error is not None:
+            log.warning("could not delete %s after handling it: %s", delivery.id, error)
+    return results.count(None)

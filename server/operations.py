@@ -206,6 +206,41 @@ def _decode_nulls(result: dict[str, Any]) -> list[LaminaError | None]:
     return [None if item is None else error_from_wire(item) for item in result["results"]]
 
 
+def _decode_deliveries(result: dict[str, Any]) -> list[Delivery]:
+    return [_decode_delivery(item) for item in result["messages"]]
+
+
+def _outcome(response: Any, decode: Callable[[dict[str, Any]], T]) -> T | LaminaError:
+    """A response's decoded result, or its error (not raised)."""
+    if response.error is not None:
+        return error_from_wire(response.error)
+    return decode(response.result)
+
+
+def _deleted_and_received(responses: list[Any]
+                          ) -> tuple[list[LaminaError | None], list[Delivery]]:
+    return _pair(_outcome(responses[0], _decode_nulls),
+                 _outcome(responses[1], _decode_deliveries))
+
+
+def _received_only(responses: list[Any]) -> tuple[list[LaminaError | None], list[Delivery]]:
+    return _pair([], _outcome(responses[0], _decode_deliveries))
+
+
+def _pair(deleted: list[LaminaError | None] | LaminaError,
+          received: list[Delivery] | LaminaError
+          ) -> tuple[list[LaminaError | None], list[Delivery]]:
+    """``delete_and_receive``'s result, or the first error with the other outcome on it."""
+    failed = deleted if isinstance(deleted, LaminaError) else received
+    if isinstance(failed, LaminaError):
+        failed.delete_results = None if isinstance(  # type: ignore[attr-defined]
+            deleted, LaminaError) else deleted
+        failed.deliveries = None if isinstance(  # type: ignore[attr-defined]
+            received, LaminaError) else received
+        raise failed
+    return deleted, received  # type: ignore[return-value]
+
+
 def _queue_info(result: dict[str, Any]) -> QueueInfo:
     return QueueInfo(result["queue"], result["attributes"], result.get("created", 0),
                      result.get("stats"))
@@ -238,6 +273,12 @@ class Operations(ABC):
     def _call(self, op: str, args: dict[str, Any], decode: Callable[[dict[str, Any]], T]) -> T:
         """Send ``op`` with ``args`` and decode its result (blocking or awaitable: the client
         class decides)."""
+
+    @abstractmethod
+    def _call_many(self, requests: Sequence[tuple[str, dict[str, Any]]],
+                   finish: Callable[[list[Any]], T]) -> T:
+        """Send ``(op, args)`` requests pipelined, in one write, and pass their responses (in
+        the same order) to ``finish``."""
 
     # -- server ---------------------------------------------------------------------------------
 
@@ -307,13 +348,33 @@ class Operations(ABC):
         """Lease up to ``max`` messages, waiting up to ``wait`` seconds for the first."""
         return self._call("receive", _args(queue=queue, tag=tag, max=max, wait=wait,
                                            visibility_timeout=visibility_timeout),
-                          lambda r: [_decode_delivery(item) for item in r["messages"]])
+                          _decode_deliveries)
 
     def delete(self, queue: str, receipts: Iterable[Any],
                tag: str | None = None) -> list[LaminaError | None]:
         return self._call("delete", _args(queue=queue, tag=tag,
                                           receipts=[_receipt(r) for r in receipts]),
                           _decode_nulls)
+
+    def delete_and_receive(self, queue: str, receipts: Iterable[Any], tag: str | None = None,
+                           max: int | None = None, wait: float | None = None,
+                           visibility_timeout: float | None = None
+                           ) -> tuple[list[LaminaError | None], list[Delivery]]:
+        """``delete`` then ``receive`` in one round trip: both requests go out in one write,
+        the delete first, and a connection's requests take effect in order, so nothing just
+        deleted can come back. -> (the delete's per-receipt results, the deliveries). With
+        no receipts it is a plain ``receive``.
+
+        If either request fails as a whole, its error is raised (the delete's first); the
+        other's outcome rides on the exception as ``delete_results`` and ``deliveries``
+        (None for one that failed too). A failed receive does not undo the delete."""
+        wire = [_receipt(r) for r in receipts]
+        receive = ("receive", _args(queue=queue, tag=tag, max=max, wait=wait,
+                                    visibility_timeout=visibility_timeout))
+        if not wire:
+            return self._call_many((receive,), _received_only)
+        delete = ("delete", _args(queue=queue, tag=tag, receipts=wire))
+        return self._call_many((delete, receive), _deleted_and_received)
 
     def change_visibility(self, queue: str, entries: Iterable[tuple[Any, float]],
                           tag: str | None = None) -> list[VisibilityChanged | LaminaError]:

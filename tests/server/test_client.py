@@ -1,5 +1,5 @@
 """The Python clients (DESIGN.md §5): connection errors, threads sharing a blocking client,
-the lease keeper and the worker loop."""
+pipelined pairs (``delete_and_receive``), the lease keeper and the worker loop."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from lamina.engine.errors import LaminaError, QueueNotFound
+from lamina.engine.errors import InvalidArgument, LaminaError, QueueNotFound, StaleReceipt
 from lamina.server.client import (
     AsyncClient,
     Client,
@@ -20,6 +20,7 @@ from lamina.server.client import (
     LaminaConnectionError,
     message,
 )
+from lamina.server.framing import FrameReader
 from support import running_server
 
 
@@ -241,3 +242,123 @@ async def test_async_client_frames_never_interleave(tmp_path: Path) -> None:
                 seen.update(delivery.body for delivery in page)
             assert bodies <= seen  # every frame arrived whole
             assert await client.ping() > 0
+
+
+def test_delete_and_receive_deletes_then_receives_in_one_write(start_server: Any) -> None:
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client:
+        client.create_queue("q")
+        client.send("q", [b"a", b"b", b"c"])
+        nothing, first = client.delete_and_receive("q", [], max=2, wait=0)  # a plain receive
+        assert nothing == [] and [d.body for d in first] == [b"a", b"b"]
+        writes = _count_writes(client)
+        results, following = client.delete_and_receive("q", first, max=2, wait=0)
+        assert results == [None, None] and [d.body for d in following] == [b"c"]
+        assert writes == [2]  # one write carried both requests
+        results, following = client.delete_and_receive("q", following + first, max=2, wait=0)
+        assert results[0] is None and isinstance(results[1], StaleReceipt)
+        assert following == []
+        assert client.get_queue("q").stats["messages"] == 0  # all three deleted
+
+        # A long poll: the delete is answered at once, the receive when a message comes.
+        client.send("q", [b"d"])
+        (held,) = client.receive("q", wait=0)
+        with Client.connect("127.0.0.1", server.port) as producer:
+            threading.Timer(0.3, lambda: producer.send("q", [b"e"])).start()
+            results, following = client.delete_and_receive("q", [held], wait=5)
+        assert results == [None] and [d.body for d in following] == [b"e"]
+
+
+def _count_writes(client: Client) -> list[int]:
+    """From now on, the number of request frames in each of ``client``'s socket writes."""
+    writes: list[int] = []
+    sock = client._sock
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(sock, name)
+
+        def sendall(self, data: bytes) -> None:
+            writes.append(len(_frames_in(data)))
+            sock.sendall(data)
+
+    client._sock = Recording()  # type: ignore[assignment]
+    return writes
+
+
+def _frames_in(data: bytes) -> list[bytes]:
+    reader = FrameReader(len(data))
+    reader.feed(data)
+    frames = []
+    while (frame := reader.next_frame()) is not None:
+        frames.append(frame)
+    return frames
+
+
+def test_delete_and_receive_reports_both_outcomes_of_a_failure(start_server: Any) -> None:
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client:
+        client.create_queue("q")
+        client.send("q", [b"a", b"b"])
+        (first,) = client.receive("q", wait=0)
+        with pytest.raises(QueueNotFound) as both:
+            client.delete_and_receive("missing", [first], wait=0)
+        assert both.value.delete_results is None and both.value.deliveries is None
+        # Only the receive fails: the delete took effect and its results ride on the error.
+        with pytest.raises(InvalidArgument, match="max") as receive_failed:
+            client.delete_and_receive("q", [first], max=0, wait=0)
+        assert receive_failed.value.delete_results == [None]
+        assert receive_failed.value.deliveries is None
+        # Only the delete fails (too many receipts): the deliveries ride on its error.
+        with pytest.raises(InvalidArgument, match="receipts") as delete_failed:
+            client.delete_and_receive("q", [b"x"] * 1001, wait=0)
+        assert delete_failed.value.delete_results is None
+        assert [d.body for d in delete_failed.value.deliveries] == [b"b"]
+        with pytest.raises(QueueNotFound) as no_queue:
+            client.delete_and_receive("missing", [], wait=0)
+        assert no_queue.value.delete_results == [] and no_queue.value.deliveries is None
+
+
+def test_a_pipelined_request_that_cannot_be_sent_leaves_the_others_answered(
+        start_server: Any) -> None:
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client:
+        big = "x" * (client.greeting.max_frame_bytes + 1)
+        answered: list[Any] = []
+        with pytest.raises(InvalidArgument, match="max_frame"):
+            client._call_many([("ping", {}), ("ping", {"pad": big})], answered.append)
+        assert answered == []  # the error, not a partial result
+        assert client.ping() > 0  # the first was answered: the connection is in step
+
+
+async def test_async_delete_and_receive(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("q")
+            await client.send("q", [b"a", b"b"])
+            first = await client.receive("q", wait=0)
+            results, following = await client.delete_and_receive("q", first, max=5, wait=0)
+            assert results == [None] and [d.body for d in following] == [b"b"]
+            with pytest.raises(InvalidArgument) as receive_failed:
+                await client.delete_and_receive("q", following, max=0)
+            assert receive_failed.value.delete_results == [None]
+            assert await client.receive("q", wait=0) == []
+            big = "x" * (client.greeting.max_frame_bytes + 1)
+            with pytest.raises(InvalidArgument, match="max_frame"):
+                await client._call_many([("ping", {}), ("ping", {"pad": big})], list)
+            assert await client.ping() > 0
+
+
+def test_process_deletes_each_batch_with_the_next_receive(start_server: Any) -> None:
+    server = start_server()
+    with Client.connect("127.0.0.1", server.port) as client:
+        client.create_queue("q")
+        client.send("q", [f"m{n}" for n in range(6)])
+        writes = _count_writes(client)
+        seen: list[Any] = []
+        assert client.process("q", lambda d: seen.append(d.body), max=3, wait=0,
+                              limit=6) == 6
+        assert seen == [f"m{n}" for n in range(6)]
+        # receive 3; delete 3 + receive 3 in one write; at the limit, delete the last 3.
+        assert writes == [1, 2, 1]
+        assert client.get_queue("q").stats["messages"] == 0

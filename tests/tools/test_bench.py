@@ -34,6 +34,7 @@ def test_every_workload_scaled_down_with_plots(tmp_path: Path, lamina: Any) -> N
     assert figure("w1", "produce")["value"] > 0 and figure("w1", "produce")["target"] == 100_000
     assert results["w1"]["series"][0]["messages"] == 320
     assert results["w2"]["series"][0]["messages"] == 320
+    assert results["w2"]["params"]["round_trips_per_batch"] == 1  # delete_and_receive
     assert figure("w2", "consume")["target"] == 70_000
     e2e = next(s for s in results["w3"]["series"] if s["series"] == "end-to-end")
     assert e2e["messages"] == 200 and e2e["latency_ms"]["p99"] >= e2e["latency_ms"]["p50"] > 0
@@ -70,6 +71,16 @@ def test_round_trips_with_polling_off_on_both_sides(lamina: Any) -> None:
     assert result["params"]["client_poll_us"] == 0
     assert {s["series"]: s["operations"] for s in result["series"]} == {
         "ping": 200, "send": 200, "receive+delete": 200}
+
+
+@pytest.mark.slow
+def test_sequential_consumers(lamina: Any) -> None:
+    ran = lamina(None, "bench", "w2", "--processes", "2", "--messages", "320", "--sequential",
+                 "--json")
+    assert ran.code == 0, ran.err
+    result = ran.json()["results"][0]
+    assert result["params"]["round_trips_per_batch"] == 2
+    assert result["series"][0]["messages"] == 320 and result["notes"] == []
 
 
 @pytest.mark.parametrize("option", ["--busy-poll-us", "--client-poll-us"])
