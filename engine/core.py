@@ -169,7 +169,13 @@ class EngineCore:
         store = self._store
         t = TagState(tag_id, definition["name"], definition["start"], definition["start_seq"],
                      definition["filter"], definition["created"])
-        t.topic_from = dict(definition.get("topic_from", ()))
+        waited_on = {}  # topic -> the Inflight head its rewound messages wait behind
+        for topic_id, start, *head in definition.get("topic_from", ()):
+            t.topic_from[topic_id] = start
+            if head and head[0] >= 0:
+                waited_on[topic_id] = head[0]
+        t.topic_ended = {topic: (limit, vt, seq)
+                         for topic, limit, vt, seq in definition.get("topic_ended", ())}
         t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
         lower, upper = keys.tag_scope_bounds(q.id, tag_id)
         for key, value in Store.items(store.leases, lower, upper):
@@ -195,6 +201,10 @@ class EngineCore:
             t.parked_topics.add(keys.parked_topic_decode(key))
         for topic_id in list(t.parked_topics):
             self._relock_parked(q, t, topic_id)
+        for topic_id, head in waited_on.items():
+            lease = t.leases.get(head)
+            if lease is not None and lease.state == LEASED:
+                t.lock(topic_id, head)  # rewound messages of its topic wait behind it
         for topic_id in t.topic_from:
             self._watch_lapse(q, t, topic_id)
         return t
@@ -351,6 +361,18 @@ class EngineCore:
         it; never "not known yet"). Below ``gone_seq`` records may be collected."""
         return self._production_ms(q, max(q.expired_seq, q.gone_seq))
 
+    def _head_gone_at(self, q: QueueState, head: int, expiry: bool) -> int:
+        """When a topic head below a new ``gone_seq`` ended: by retention, the ms after it
+        became older than ``retention`` (possibly before the operation that applies it: its
+        successor is Active again from then); else now (a purge)."""
+        now = self._now
+        if not expiry:
+            return now
+        produced = self._production_ms(q, head)
+        if produced < 0:
+            return now
+        return min(now, produced + q.attributes["retention"] * 1000 + 1)
+
     def _save_tag_definition(self, q: QueueState, t: TagState) -> None:
         store = self._store
         store.put(store.meta_h, keys.tag_def_key(q.id, t.id), cbor2.dumps(t.definition()))
@@ -483,7 +505,7 @@ class EngineCore:
             while heads and heads[0] < gone:
                 head = heapq.heappop(heads)
                 if head in t.heads:
-                    self._topic_head_ended(q, t, head, self._now)
+                    self._topic_head_ended(q, t, head, self._head_gone_at(q, head, expiry))
             moved = False
             for lane in q.lanes_used:
                 if t.cursors[lane] < gone and t.cursors[lane] <= q.lane_tail[lane]:

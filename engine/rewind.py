@@ -79,6 +79,9 @@ class RewindOps(TopicOps):
                 self._watch_lapse(q, t, topic)
             else:
                 t.unlock(topic)
+        # Marks of messages ended in their turn: from from_seq on they are never-delivered.
+        for topic, (limit, vt, dseq) in list(t.topic_ended.items()):
+            t.topic_ended[topic] = (min(limit, from_seq), vt, dseq)
         # Cursors and the delay position move back.
         for lane in q.lanes_used:
             if t.cursors[lane] > from_seq:

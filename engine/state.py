@@ -102,7 +102,7 @@ class TagState:
         "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
         "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
         "parked_topics",
-        "topic_from", "row_heap", "stats_cache", "min_due", "delay_hint", "head_heap",
+        "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due", "delay_hint", "head_heap",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -136,6 +136,11 @@ class TagState:
         self.rewind_dseq = 0
         # topic -> seq to look for a successor from when its (Inflight) head ends (rewind).
         self.topic_from: dict[int, int] = {}
+        # topic -> (limit, delay_vt, delay_seq) from when a message of it came back out of
+        # turn (redrive): its successors below ``limit`` that had no row and were passed then
+        # (delayed ones: taken by that delay position) were delivered and deleted in their
+        # turn, so they are Ended, not parked (``TopicOps._ended_in_turn``).
+        self.topic_ended: dict[int, tuple[int, int, int]] = {}
         # Topics with successors a cursor or the delay index passed while they were parked:
         # when a head ends and its next successor is still pending, the topic stays locked on
         # that one, so the passed ones keep waiting behind it (TopicOps._topic_head_ended).
@@ -169,7 +174,11 @@ class TagState:
     def definition(self) -> dict[str, Any]:
         return {"name": self.name, "start": self.start_ms, "start_seq": self.start_seq,
                 "filter": self.filter, "created": self.created,
-                "topic_from": sorted(self.topic_from.items())}
+                # [topic, from, head]: the Inflight head the rewound messages wait behind,
+                # relocked on at open (it is not the lowest leased message of its topic).
+                "topic_from": sorted([topic, seq, self.locked.get(topic, -1)]
+                                     for topic, seq in self.topic_from.items()),
+                "topic_ended": sorted([topic, *mark] for topic, mark in self.topic_ended.items())}
 
     def encode_cursors(self) -> bytes:
         return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,

@@ -16,7 +16,9 @@ production order. The rules, as the engine applies them:
        never-delivered order (docs/STORAGE.md: a row for it would make memory grow with the
        backlog ahead of the cursor);
     3. otherwise it was parked: it becomes Active again now (a LEASED row due now, count 0),
-       ordered by that time, and the new head.
+       ordered by that time, and the new head; unless it was delivered and deleted in its
+       turn before an earlier message came back out of turn (``topic_ended``): Ended.
+  A successor with an Active-again row waited behind the head too: Active from now.
 - A rewind (or a redrive) can leave earlier messages of a topic behind its Inflight head
   (``topic_from``): they wait while it is Inflight; if its lease runs out they go first
   (``_topic_head_lapsed``), and if it ends the successor search starts from them.
@@ -227,6 +229,8 @@ class TopicOps(CounterOps):
         later head that is not Inflight; behind an Inflight one it waits, and the successor
         search of that head starts from it (as after a rewind)."""
         head = t.locked.get(topic_id)
+        if head is None or head > seq:
+            self._mark_ended_in_turn(q, t, topic_id, head)
         if head is None or head <= seq:
             return
         lease = t.leases.get(head)
@@ -237,6 +241,30 @@ class TopicOps(CounterOps):
         else:
             t.unlock(topic_id)
             t.lock(topic_id, seq)
+
+    def _mark_ended_in_turn(self, q: QueueState, t: TagState, topic_id: int,
+                            head: int | None) -> None:
+        """A message of ``topic_id`` comes back out of turn. Its successors without a row that
+        a cursor (or the delay index) passed were delivered and deleted in their turn: mark
+        them Ended for the successor searches after it ends. Parked successors (passed while
+        the topic was locked) all lie after the head, so the mark stops at the head."""
+        cursor = t.cursors[DEFAULT_LANE]
+        limit = cursor if head is None else min(cursor, head)
+        old = t.topic_ended.get(topic_id)
+        if old is not None:
+            limit = max(limit, old[0])
+        t.topic_ended[topic_id] = (limit, t.delay_vt, t.delay_seq)
+        self._save_tag_definition(q, t)
+
+    @staticmethod
+    def _ended_in_turn(t: TagState, topic_id: int, seq: int, enqueue_ms: int,
+                       visible_ms: int) -> bool:
+        """Whether ``seq`` (of ``topic_id``, no row, passed) is Ended: marked so by
+        ``_mark_ended_in_turn``. Else it was parked."""
+        mark = t.topic_ended.get(topic_id)
+        if mark is None or seq >= mark[0]:
+            return False
+        return visible_ms == enqueue_ms or (visible_ms, seq) <= (mark[1], mark[2])
 
     def _watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None:
         """Rewound (or redriven) messages of ``topic_id`` wait behind its Inflight head: have
@@ -259,6 +287,9 @@ class TopicOps(CounterOps):
             lease = t.leases.get(earlier)
             if lease is not None and lease.state != LEASED:
                 continue  # Ended
+            if lease is None and not self._pending(q, t, earlier, enqueue_ms, visible_ms) \
+                    and self._ended_in_turn(t, topic_id, earlier, enqueue_ms, visible_ms):
+                continue
             t.unlock(topic_id)
             t.lock(topic_id, earlier)
             if lease is None and not self._pending(q, t, earlier, enqueue_ms, visible_ms):
@@ -288,6 +319,13 @@ class TopicOps(CounterOps):
             if lease is not None:
                 if lease.state == LEASED:
                     t.lock(topic_id, successor)
+                    if lease.due < now:
+                        # Active again, but it waited behind this head (a redriven or rewound
+                        # message came back before it): Active from the head's end, like a
+                        # parked successor (DESIGN.md §2 "Delivery order").
+                        old_due, lease.due = lease.due, now
+                        self._lease_saved(q, t, successor, lease, old_due)
+                        self._notify(q)
                     return
                 continue  # ended ahead of its turn
             if self._pending(q, t, successor, enqueue_ms, visible_ms):
@@ -298,6 +336,8 @@ class TopicOps(CounterOps):
                 if topic_id in t.parked_topics:
                     t.lock(topic_id, successor)
                 return
+            if self._ended_in_turn(t, topic_id, successor, enqueue_ms, visible_ms):
+                continue  # delivered and deleted before an earlier one came back
             # Parked (passed by a cursor or the delay index): Active again from now, ordered
             # by this time (DESIGN.md §2 "Delivery order"), never delivered (count 0).
             t.lock(topic_id, successor)
@@ -305,3 +345,5 @@ class TopicOps(CounterOps):
             self._notify(q)
             return
         self._topic_unparked(q, t, topic_id)  # nothing left behind its head
+        if t.topic_ended.pop(topic_id, None) is not None:
+            self._save_tag_definition(q, t)

@@ -236,7 +236,7 @@ class Snapshot:
             definition = cbor2.loads(value)
             t = TagState(tag_id, definition["name"], definition["start"],
                          definition["start_seq"], definition["filter"], definition["created"])
-            t.topic_from = dict(definition.get("topic_from", ()))
+            t.topic_from = {entry[0]: entry[1] for entry in definition.get("topic_from", ())}
             cursors = store.tags.get(keys.tag_key(queue_id, tag_id))
             if cursors is not None:
                 t.decode_cursors(cursors)

@@ -478,3 +478,82 @@ def test_redrive_skips_when_the_original_expired(engine, dlq, clock):
     assert engine.redrive(dlq) == Redriven(0, 1)
     assert engine.receive(src) == []
     assert bodies(engine.receive(dlq)) == [b"m"]
+
+
+# -- a redriven topic message whose successors were delivered meanwhile ----------------------
+
+def _redriven_topic_head(engine, clock):
+    """``a`` and ``b`` of one topic: ``a`` dies at its lease's end, ``b`` goes in its turn and
+    is deleted, then ``a`` is redriven and received again."""
+    src = make_source(engine, visibility_timeout=1)
+    engine.send(src, [{1: b"a", 3: "t"}, {1: b"b", 3: "t"}])
+    assert bodies(engine.receive(src)) == [b"a"]
+    clock.advance(1000)  # a's lease ends: dead-lettered (max_receives 1)
+    (b,) = engine.receive(src)
+    assert b.body == b"b" and engine.delete(src, [b.receipt]) == [None]
+    assert engine.redrive("dlq") == Redriven(1, 0)
+    (a,) = engine.receive(src)
+    assert (a.body, a.dequeue_count) == (b"a", 1)
+    return src, a
+
+
+def test_a_redriven_topic_message_does_not_bring_back_its_deleted_successor(engine, dlq,
+                                                                           clock):
+    src, a = _redriven_topic_head(engine, clock)
+    clock.advance(1000)  # a dies again; b was deleted in its turn: nothing comes back
+    assert engine.peek(src).messages == []
+    assert engine.receive(src) == []
+    engine.send(src, [{1: b"c", 3: "t"}])
+    assert bodies(engine.receive(src)) == [b"c"]
+
+
+def test_the_successor_stays_deleted_across_a_reopen_and_after_a_delete(open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("dlq")
+    src, a = _redriven_topic_head(engine, clock)
+    engine.send(src, [{1: b"c", 3: "t"}])  # parked behind a (Inflight)
+    engine.close()
+    engine = open_engine()
+    assert engine.delete(src, [a.receipt]) == [None]
+    assert bodies(engine.receive(src, max=5)) == [b"c"]  # b stays deleted, c comes
+
+
+def test_a_successor_parked_again_behind_a_redriven_message_is_active_from_its_end(
+        engine, dlq, clock):
+    # DESIGN.md §2: a parked message is Active again from the end of the predecessor that
+    # parked it, ordered by that time. b is Active again when a dies; a comes back (redrive)
+    # before it and parks it again; so b is Active from a's second end, after c.
+    src = make_source(engine, max_receives=5)
+    engine.send(src, [{1: b"a", 3: "t"}, {1: b"b", 3: "t"}, b"c"])
+    a, c = engine.receive(src, max=5, visibility_timeout=60)  # b parked behind a
+    assert (a.body, c.body) == (b"a", b"c")
+    assert engine.dead(src, [a.receipt]) == [None]  # b: Active again now
+    clock.advance(1000)
+    assert engine.redrive("dlq") == Redriven(1, 0)  # a goes before b again
+    (a,) = engine.receive(src, max=5)
+    assert a.body == b"a"
+    clock.advance(500)
+    assert engine.change_visibility(src, [[c.receipt, 0]])[0].receipt is None  # c: Active
+    clock.advance(500)
+    assert engine.delete(src, [a.receipt]) == [None]  # b: Active from now, after c
+    assert bodies(engine.receive(src, max=5)) == [b"c", b"b"]
+
+
+def test_a_redriven_topic_message_waits_behind_the_inflight_head_across_a_reopen(
+        open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("dlq")
+    src = make_source(engine, visibility_timeout=1)
+    engine.send(src, [{1: b"a", 3: "t"}, {1: b"b", 3: "t"}])
+    assert bodies(engine.receive(src)) == [b"a"]
+    clock.advance(1000)  # a dies; b's turn
+    (b,) = engine.receive(src, visibility_timeout=60)
+    assert engine.redrive("dlq") == Redriven(1, 0)  # a is back, behind b (Inflight)
+    for _ in range(2):
+        assert engine.receive(src) == []
+        states = {p.message.body: p.state for p in engine.peek(src, start=0, max=10).messages}
+        assert states == {b"a": "parked", b"b": "inflight"}
+        engine.close()
+        engine = open_engine()  # the topic stays locked on b, not on a (the lowest lease)
+    assert engine.delete(src, [b.receipt]) == [None]
+    assert bodies(engine.receive(src)) == [b"a"]

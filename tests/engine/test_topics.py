@@ -101,6 +101,19 @@ def test_head_that_expires_by_retention_releases_its_successor(engine, clock):
     assert bodies(engine.receive("short")) == [b"2"]
 
 
+def test_a_successor_released_by_retention_is_active_from_the_heads_expiry(engine, clock):
+    # The head expires at its production + retention + 1 ms, whenever an operation notices:
+    # its successor is Active again from then, so it goes before a lease that ran out later.
+    engine.create_queue("short", {"retention": 60})
+    engine.send("short", [topic(b"a")])
+    engine.receive("short", visibility_timeout=120)
+    clock.advance(10_000)
+    engine.send("short", [topic(b"b"), b"c"])
+    assert bodies(engine.receive("short", max=5, visibility_timeout=51)) == [b"c"]  # b parked
+    clock.advance(52_000)  # a expired at +60.001 s, c's lease ran out at +61 s
+    assert bodies(engine.receive("short", max=5)) == [b"b", b"c"]
+
+
 def test_dead_lettered_head_releases_its_successor(engine):
     engine.create_queue("dlq")
     engine.create_queue("src", {"redrive": {"dlq": "dlq", "max_receives": 1}})
