@@ -355,8 +355,9 @@ class AdminOps(GrantOps, TagOps):
                 if visible_ms == enqueue_ms and seq not in t.leases and \
                         self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
                     tally(seq, value)
-        for topic, head in list(t.locked.items()):  # successors passed while parked
-            lower = keys.topic_key(q.id, topic, max(head + 1, gone))
+        for topic, head in list(t.locked.items()):  # successors passed while parked,
+            # and rewound messages passed while they wait behind an Inflight head
+            lower = keys.topic_key(q.id, topic, max(t.topic_from.get(topic, head + 1), gone))
             for key in Store.keys(store.topics, lower, keys.topic_bounds(q.id, topic)[1]):
                 seq = keys.topic_key_decode(key)[2]
                 if seq in seen or seq in t.leases:

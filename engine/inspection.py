@@ -10,7 +10,8 @@
                           otherwise      active / parked
     no row, not delayed, cursor not there yet       active / parked
     no row, passed                                   parked if its topic is locked behind an
-                                                     earlier head, else deleted
+                                                     earlier head, or it was rewound behind
+                                                     an Inflight later one; else deleted
 """
 
 from __future__ import annotations
@@ -53,10 +54,14 @@ class InspectionOps(CounterOps):
                 return self._active_or_parked(q, t, topic, seq), 0, None, None
         elif seq >= t.cursors[PREFIX.unpack_from(value)[3]]:
             return self._active_or_parked(q, t, topic, seq), 0, None, None
-        if topic:  # passed by the cursor: parked behind its topic's head, or ended
+        if topic and not self._ended_in_turn(t, topic, seq, enqueue_ms, visible_ms):
+            # Passed by the cursor: parked behind its topic's head (a later one too, when
+            # it was rewound behind an Inflight head: ``topic_from``), or ended.
             head = t.locked.get(topic)
-            if head is not None and head < seq or head is None and not self._topic_gate(
-                    q, t, topic, seq):
+            if head is None:
+                if not self._topic_gate(q, t, topic, seq):
+                    return "parked", 0, None, None
+            elif head < seq or t.topic_from.get(topic, head) <= seq:
                 return "parked", 0, None, None
         return "deleted", 0, None, None
 

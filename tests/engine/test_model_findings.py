@@ -103,10 +103,10 @@ PRINTOUTS = _printouts()
 
 
 def test_every_finding_is_here() -> None:
-    assert sorted(PRINTOUTS) == [str(n) for n in range(1, 9)]
+    assert sorted(PRINTOUTS, key=int) == [str(n) for n in range(1, 10)]
 
 
-@pytest.mark.parametrize("finding", sorted(PRINTOUTS))
+@pytest.mark.parametrize("finding", sorted(PRINTOUTS, key=int))
 def test_a_recorded_finding_runs_to_its_end(finding: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readers, "event", lambda *args, **kwargs: None)  # outside a test run

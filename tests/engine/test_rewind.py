@@ -271,6 +271,21 @@ def test_rewound_topic_message_waits_behind_an_inflight_one_of_its_topic(engine,
     assert bodies(engine.receive(q, max=10)) == ["1"]
 
 
+def test_a_rewound_topic_message_waiting_behind_an_inflight_one_is_parked(engine, q, clock):
+    # Peek and stats say so once a receive passed it: it comes after the Inflight one ends.
+    engine.send(q, [{1: "1", 3: "t"}, {1: "2", 3: "t"}])
+    engine.delete(q, [engine.receive(q)[0].receipt])
+    two = engine.receive(q)[0]
+    engine.rewind(q, T0)
+    for _ in range(2):  # before and after a receive passed "1"
+        states = {p.message.body: p.state for p in engine.peek(q, start=0, max=10).messages}
+        assert states == {"1": "parked", "2": "inflight"}
+        assert engine.get_queue(q).stats["tags"]["default"]["parked"] == 1
+        assert engine.receive(q, max=10) == []
+    engine.delete(q, [two.receipt])
+    assert bodies(engine.receive(q, max=10)) == ["1"]
+
+
 def test_rewound_topic_messages_are_delivered_in_order_again(engine, q, clock):
     engine.send(q, [{1: "1", 3: "t"}, {1: "2", 3: "t"}])
     assert drain(engine, q) == ["1", "2"]
