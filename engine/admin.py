@@ -260,8 +260,8 @@ class AdminOps(GrantOps, TagOps):
         lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
         for key, lane in Store.items(store.delays, lower, keys.queue_bounds(q.id)[1]):
             _, visible, seq = keys.delay_key_decode(key)
-            if visible > now and seq >= gone and seq not in t.leases and not (
-                    seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)):
+            if visible > now and seq >= gone and seq not in t.leases and not \
+                    t.rewind_handled(visible, seq):
                 value = store.log.get(keys.log_key(q.id, lane[0], seq))
                 if value is not None and self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                         value[PREFIX_SIZE:]):

@@ -69,6 +69,8 @@ class EngineCore:
 
     if TYPE_CHECKING:
         def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
+        def _topic_from_ended(self, q: QueueState, t: TagState, topic_id: int,
+                              seq: int) -> None: ...
         def _relock_parked(self, q: QueueState, t: TagState, topic_id: int) -> None: ...
         def _watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None: ...
         def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
@@ -179,6 +181,7 @@ class EngineCore:
                 waited_on[topic_id] = head[0]
         t.topic_ended = {topic: (limit, vt, seq)
                          for topic, limit, vt, seq in definition.get("topic_ended", ())}
+        t.rewind_older = [(seq, vt, dseq) for seq, vt, dseq in definition.get("rewind_older", ())]
         t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
         lower, upper = keys.tag_scope_bounds(q.id, tag_id)
         for key, value in Store.items(store.leases, lower, upper):
@@ -393,7 +396,8 @@ class EngineCore:
 
     def _tag_floor(self, q: QueueState, t: TagState, dead_letters: bool = True) -> int:
         """The lowest seq not Ended for ``t`` among those its cursors passed or did not reach,
-        and its leases; with ``dead_letters``, also its dead letters whose DLQ copy is still
+        its leases and the messages waiting behind an Inflight head of their topic
+        (``topic_from``: the first of them is not Ended); with ``dead_letters``, also its dead letters whose DLQ copy is still
         alive (they hold ``gone_seq``: a redrive needs the original)."""
         floor = q.next_seq
         cursors, tails = t.cursors, q.lane_tail
@@ -408,6 +412,8 @@ class EngineCore:
                 floor = min(floor, heap[0])
                 break
             heapq.heappop(heap)
+        if t.topic_from:  # rewound or redriven messages waiting behind an Inflight head
+            floor = min(floor, min(t.topic_from.values()))
         heap = t.dead_heap
         while heap and dead_letters:
             lease = leases.get(heap[0])
@@ -682,7 +688,7 @@ class EngineCore:
         """Whether a lane cursor or the delay index has yet to pass ``seq`` for ``t`` (a
         leased message can be there only after a rewind that moved the delay position back,
         which sets ``rewind_vt``; ``rewind_seq`` may be 0)."""
-        if seq < t.cursors[lane] and not (t.rewind_vt and seq >= t.rewind_seq):
+        if seq < t.cursors[lane] and not (t.rewind_vt and seq >= t.rewound_from()):
             return False
         value = self._store.log.get(keys.log_key(q.id, lane, seq))
         if value is None:

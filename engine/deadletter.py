@@ -214,6 +214,11 @@ class DeadLetterOps(CounterOps):
                           old.due if old is not None else None)
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
+        elif t.topic_from:
+            value = self._store.log.get(keys.log_key(q.id, lane, seq))
+            topic_id = PREFIX.unpack_from(value)[2] if value is not None else 0
+            if t.topic_from.get(topic_id) == seq:
+                self._topic_from_ended(q, t, topic_id, seq)
         self._cursor_off(q, t, seq, lane)
 
     @staticmethod

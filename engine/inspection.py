@@ -61,7 +61,7 @@ class InspectionOps(CounterOps):
             if head is None:
                 if not self._topic_gate(q, t, topic, seq):
                     return "parked", 0, None, None
-            elif head < seq or t.topic_from.get(topic, head) <= seq:
+            elif head < seq or t.topic_from.get(topic, seq + 1) <= seq:
                 return "parked", 0, None, None
         return "deleted", 0, None, None
 

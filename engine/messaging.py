@@ -698,7 +698,7 @@ class _Lessor:
             else:
                 visible, seq = delay
                 lane = delays.value()[0]  # type: ignore[union-attr]
-                handled = seq < t.rewind_seq and (visible, seq) <= (t.rewind_vt, t.rewind_dseq)
+                handled = t.rewind_handled(visible, seq)
                 if seq >= q.gone_seq and seq not in t.leases and not handled:
                     value = log.get(keys.log_key(q.id, lane, seq))
                     if value is not None and self._admit(seq, value):

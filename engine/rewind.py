@@ -75,8 +75,12 @@ class RewindOps(TopicOps):
             if head < from_seq:
                 continue  # not rewound: still the earliest unfinished message of its topic
             if head in kept:
-                t.topic_from[topic] = min(t.topic_from.get(topic, from_seq), from_seq)
-                self._watch_lapse(q, t, topic)
+                # The first rewound message of the topic (none: nothing waits behind it).
+                first = next((seq for seq, _, _ in self._topic_messages(q, t, topic, from_seq,
+                                                                         head)), None)
+                if first is not None:
+                    t.topic_from[topic] = min(t.topic_from.get(topic, first), first)
+                    self._watch_lapse(q, t, topic)
             else:
                 t.unlock(topic)
         # Marks of messages ended in their turn: from from_seq on they are never-delivered.
@@ -88,9 +92,15 @@ class RewindOps(TopicOps):
                 t.cursors[lane] = from_seq
                 self._snap_cursor(q, t, lane)
         if (t.delay_vt, t.delay_seq) >= (time_ms, 0):
-            t.rewind_vt, t.rewind_dseq = max((t.rewind_vt, t.rewind_dseq),
-                                             (t.delay_vt, t.delay_seq))
-            t.rewind_seq = from_seq
+            # What the delay index handled stays handled below from_seq: up to the present
+            # position, and, where an earlier rewind's walk has not caught up yet, up to that
+            # rewind's position below its own from_seq (older pairs; at most one per rewind
+            # whose walk is still behind).
+            position = (t.delay_vt, t.delay_seq)
+            pairs = [(t.rewind_seq, t.rewind_vt, t.rewind_dseq), *t.rewind_older]
+            t.rewind_older = [(min(seq, from_seq), vt, dseq) for seq, vt, dseq in pairs
+                              if seq and (vt, dseq) > position]
+            t.rewind_seq, (t.rewind_vt, t.rewind_dseq) = from_seq, position
             t.delay_vt, t.delay_seq = max(time_ms - 1, 0), NO_SEQ
         q.delayseq_from = min(q.delayseq_from, from_seq)
         t.delay_hint = 0

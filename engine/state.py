@@ -101,6 +101,7 @@ class TagState:
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
         "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
         "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
+        "rewind_older",
         "parked_topics",
         "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due", "delay_hint", "head_heap",
     )
@@ -134,6 +135,9 @@ class TagState:
         self.rewind_seq = 0
         self.rewind_vt = 0
         self.rewind_dseq = 0
+        # Earlier rewinds' (rewind_seq, vt, dseq) whose walk had not caught up when a later
+        # rewind came: what they say stays true (``RewindOps._rewind_tag``).
+        self.rewind_older: list[tuple[int, int, int]] = []
         # topic -> seq to look for a successor from when its (Inflight) head ends (rewind).
         self.topic_from: dict[int, int] = {}
         # topic -> (limit, delay_vt, delay_seq) from when a message of it came back out of
@@ -163,8 +167,21 @@ class TagState:
         """Whether the delay index has brought delayed message ``seq`` to this tag: its
         position passed it, or a rewind left it as handled (below ``rewind_seq``, up to the
         position the rewind moved back from)."""
-        return (visible, seq) <= (self.delay_vt, self.delay_seq) or (
-            seq < self.rewind_seq and (visible, seq) <= (self.rewind_vt, self.rewind_dseq))
+        return (visible, seq) <= (self.delay_vt, self.delay_seq) or self.rewind_handled(
+            visible, seq)
+
+    def rewind_handled(self, visible: int, seq: int) -> bool:
+        """Whether a rewind left delayed message ``seq`` as handled (taken before it and not
+        rewound by it)."""
+        if seq < self.rewind_seq and (visible, seq) <= (self.rewind_vt, self.rewind_dseq):
+            return True
+        return any(seq < below and (visible, seq) <= (vt, dseq)
+                   for below, vt, dseq in self.rewind_older)
+
+    def rewound_from(self) -> int:
+        """The lowest seq a rewind made never-delivered again (the last one's from_seq, or an
+        earlier one's whose walk is still behind)."""
+        return min([self.rewind_seq, *(seq for seq, _, _ in self.rewind_older)])
 
     def unlock(self, topic: int) -> None:
         head = self.locked.pop(topic, None)
@@ -178,7 +195,8 @@ class TagState:
                 # relocked on at open (it is not the lowest leased message of its topic).
                 "topic_from": sorted([topic, seq, self.locked.get(topic, -1)]
                                      for topic, seq in self.topic_from.items()),
-                "topic_ended": sorted([topic, *mark] for topic, mark in self.topic_ended.items())}
+                "topic_ended": sorted([topic, *mark] for topic, mark in self.topic_ended.items()),
+                "rewind_older": [list(pair) for pair in self.rewind_older]}
 
     def encode_cursors(self) -> bytes:
         return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,

@@ -266,6 +266,24 @@ class TopicOps(CounterOps):
             return False
         return visible_ms == enqueue_ms or (visible_ms, seq) <= (mark[1], mark[2])
 
+    def _topic_from_ended(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> None:
+        """``seq``, the first message of ``topic_id`` waiting behind its Inflight head
+        (``topic_from``), is Ended: the wait starts at the next one not Ended (it holds the
+        tag's floor); with none left nothing waits."""
+        head = t.locked.get(topic_id)
+        start = None
+        if head is not None:
+            for later, _, _ in self._topic_messages(q, t, topic_id, seq + 1, head):
+                lease = t.leases.get(later)
+                if lease is None or lease.state == LEASED:
+                    start = later
+                    break
+        if start is None:
+            t.topic_from.pop(topic_id, None)
+        else:
+            t.topic_from[topic_id] = start
+        self._save_tag_definition(q, t)
+
     def _watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None:
         """Rewound (or redriven) messages of ``topic_id`` wait behind its Inflight head: have
         the head's lease deadline checked (``EngineCore._apply_due_lapses``)."""

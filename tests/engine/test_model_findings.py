@@ -35,7 +35,7 @@ def _printed(*args: Any, **fields: Any) -> SimpleNamespace:
 
 # What the printed values may name: model objects come back as plain namespaces.
 _NAMES = {"Issued": readers.Issued, "ModelMessage": _printed, "TagMsg": _printed,
-          "ModelTag": _printed, "nan": float("nan"), "QUEUE": "QUEUE"}
+          "ModelTag": _printed, "nan": float("nan"), "inf": float("inf"), "QUEUE": "QUEUE"}
 
 
 class _RecordedData:
@@ -103,7 +103,7 @@ PRINTOUTS = _printouts()
 
 
 def test_every_finding_is_here() -> None:
-    assert sorted(PRINTOUTS, key=int) == [str(n) for n in range(1, 10)]
+    assert sorted(PRINTOUTS, key=int) == [str(n) for n in range(1, 14)]
 
 
 @pytest.mark.parametrize("finding", sorted(PRINTOUTS, key=int))
@@ -112,7 +112,7 @@ def test_a_recorded_finding_runs_to_its_end(finding: str,
     monkeypatch.setattr(readers, "event", lambda *args, **kwargs: None)  # outside a test run
     machine = readers.ReadersMachine()
     data = _RecordedData(machine)
-    names = {"state": machine, "data": lambda: data, "nan": float("nan")}
+    names = {"state": machine, "data": lambda: data, "nan": float("nan"), "inf": float("inf")}
     invariants = [getattr(machine, name) for name in dir(type(machine))
                   if getattr(getattr(type(machine), name), "hypothesis_stateful_invariant",
                              None) is not None]

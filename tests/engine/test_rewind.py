@@ -286,6 +286,49 @@ def test_a_rewound_topic_message_waiting_behind_an_inflight_one_is_parked(engine
     assert bodies(engine.receive(q, max=10)) == ["1"]
 
 
+def test_a_rewound_topic_message_behind_an_inflight_one_holds_gone_seq(engine, clock):
+    # Once the rewind window has passed and everything before it is deleted, gone_seq must
+    # still not pass it: it is not Ended.
+    engine.create_queue("short", {"rewind": 60})
+    engine.send("short", ["a", {1: "b", 3: "t"}, {1: "c", 3: "t"}])
+    a, b = engine.receive("short", max=5, visibility_timeout=600)
+    engine.delete("short", [b.receipt])
+    (c,) = engine.receive("short", max=5, visibility_timeout=600)  # c Inflight
+    engine.rewind("short", T0)  # b waits behind c; a stays Inflight
+    assert engine.receive("short", max=5) == []
+    clock.advance(61_000)
+    engine.delete("short", [a.receipt])
+    assert engine.get_queue("short").stats["messages"] == 2  # b and c
+    engine.delete("short", [c.receipt])
+    assert bodies(engine.receive("short", max=5)) == ["b"]
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+def test_a_second_rewind_before_the_first_caught_up_loses_and_repeats_nothing(
+        open_engine, clock, reopen):
+    # Delayed messages come through the delay index. The first rewind makes b and c
+    # never-delivered again; b is delivered again, c not yet, when a second rewind (of d
+    # only) comes: c must still come (it was lost), b must not (it came twice).
+    engine = open_engine()
+    engine.create_queue("delayed", {"rewind": 3600, "delay": 1})
+    engine.send("delayed", ["a"])
+    clock.advance(10_000)
+    engine.send("delayed", ["b", "c"])
+    clock.advance(500)
+    engine.send("delayed", ["d"])
+    clock.advance(500)  # a, b, c visible; d at +11.5 s
+    assert drain(engine, "delayed") == ["a", "b", "c"]
+    engine.rewind("delayed", T0 + 5000)  # b and c again
+    (b,) = engine.receive("delayed")
+    assert b.body == "b" and engine.delete("delayed", [b.receipt]) == [None]
+    engine.rewind("delayed", T0 + 10_500)  # d only
+    if reopen:
+        engine.close()
+        engine = open_engine()
+    clock.advance(1000)
+    assert drain(engine, "delayed") == ["c", "d"]
+
+
 def test_rewound_topic_messages_are_delivered_in_order_again(engine, q, clock):
     engine.send(q, [{1: "1", 3: "t"}, {1: "2", 3: "t"}])
     assert drain(engine, q) == ["1", "2"]
