@@ -57,8 +57,8 @@ class DeadLetterOps(CounterOps):
         old_due = lease.due
         self._lease_saved(q, t, seq, Lease(ENDED_DEAD, lease.lane, dlq.id, lease.count,
                                            lease.first, dlq_seq), old_due)
-        if seq in t.heads:
-            self._topic_head_ended(q, t, seq, self._now)
+        if seq in t.heads:  # its successor is Active again from the moment it died
+            self._topic_head_ended(q, t, seq, dead_time)
         self._count(q.id, t.id, DEAD)
         self._notify(dlq)
 

@@ -231,7 +231,10 @@ class TopicOps(CounterOps):
         head = t.locked.get(topic_id)
         if head is None or head > seq:
             self._mark_ended_in_turn(q, t, topic_id, head)
-        if head is None or head <= seq:
+        if head is None:  # the earliest message of its topic not Ended: its head
+            t.lock(topic_id, seq)
+            return
+        if head <= seq:
             return
         lease = t.leases.get(head)
         if lease is not None and lease.state == LEASED and lease.due > now:

@@ -557,3 +557,33 @@ def test_a_redriven_topic_message_waits_behind_the_inflight_head_across_a_reopen
         engine = open_engine()  # the topic stays locked on b, not on a (the lowest lease)
     assert engine.delete(src, [b.receipt]) == [None]
     assert bodies(engine.receive(src)) == [b"a"]
+
+
+def test_a_successor_of_a_head_dead_at_its_lease_end_is_active_from_then(engine, dlq, clock):
+    # a dies when its lease ends (+1 s), whenever an operation applies that: b, parked
+    # behind it, is Active again from +1 s, before c, whose delay ended at +1.5 s.
+    src = make_source(engine)
+    engine.send(src, [{1: b"a", 3: "t"}, {1: b"b", 3: "t"}])
+    assert bodies(engine.receive(src, max=5, visibility_timeout=1)) == [b"a"]  # b parked
+    clock.advance(500)
+    engine.send(src, [{1: b"c", 5: 1}])
+    clock.advance(1500)
+    assert bodies(engine.receive(src, max=5)) == [b"b", b"c"]
+
+
+def test_a_redriven_topic_message_heads_its_topic_again(engine, dlq, clock):
+    # a dies, b goes in its turn; a comes back: c, sent later, waits behind a (Active again,
+    # not received yet) in peek too, and comes after it.
+    src = make_source(engine, visibility_timeout=1)
+    engine.send(src, [{1: b"a", 3: "t"}, {1: b"b", 3: "t"}])
+    assert bodies(engine.receive(src)) == [b"a"]
+    clock.advance(1000)  # a dies
+    (b,) = engine.receive(src)
+    assert engine.delete(src, [b.receipt]) == [None]
+    assert engine.redrive("dlq") == Redriven(1, 0)
+    engine.send(src, [{1: b"c", 3: "t"}])
+    states = {p.message.body: p.state for p in engine.peek(src, start=0, max=10).messages}
+    assert states == {b"a": "active", b"b": "deleted", b"c": "parked"}
+    (a,) = engine.receive(src, max=5)
+    assert a.body == b"a" and engine.delete(src, [a.receipt]) == [None]
+    assert bodies(engine.receive(src, max=5)) == [b"c"]
