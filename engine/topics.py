@@ -229,7 +229,7 @@ class TopicOps(CounterOps):
         later head that is not Inflight; behind an Inflight one it waits, and the successor
         search of that head starts from it (as after a rewind)."""
         head = t.locked.get(topic_id)
-        if head is None or head > seq:
+        if (head is None or head > seq) and topic_id not in t.parked_topics:
             self._mark_ended_in_turn(q, t, topic_id, head)
         if head is None:  # the earliest message of its topic not Ended: its head
             t.lock(topic_id, seq)
@@ -247,10 +247,11 @@ class TopicOps(CounterOps):
 
     def _mark_ended_in_turn(self, q: QueueState, t: TagState, topic_id: int,
                             head: int | None) -> None:
-        """A message of ``topic_id`` comes back out of turn. Its successors without a row that
-        a cursor (or the delay index) passed were delivered and deleted in their turn: mark
-        them Ended for the successor searches after it ends. Parked successors (passed while
-        the topic was locked) all lie after the head, so the mark stops at the head."""
+        """A message of ``topic_id`` comes back out of turn while no successor of it is
+        parked (``parked_topics`` marks every topic that may have some). Its successors
+        without a row that a cursor (or the delay index) passed were delivered and deleted in
+        their turn: mark them Ended for the successor searches after it ends. Parked ones
+        may follow later, after the head: the mark stops there."""
         cursor = t.cursors[DEFAULT_LANE]
         limit = cursor if head is None else min(cursor, head)
         old = t.topic_ended.get(topic_id)
