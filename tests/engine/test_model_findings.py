@@ -90,23 +90,34 @@ def _steps(printout: str) -> list[tuple[str, list[tuple[str | None, str]]]]:
             for source, step_draws in steps]
 
 
-def _printouts() -> dict[str, str]:
-    text = FINDINGS.read_text()
+def _sections() -> dict[str, str]:
+    """Finding number -> its section of the doc."""
     found = {}
-    for part in text.split("\n## Finding ")[1:]:
+    for part in FINDINGS.read_text().split("\n## Finding ")[1:]:
         number, _, body = part.partition("\n")
-        found[number.strip()] = body.split("```\n")[1].split("```")[0]
+        found[number.strip()] = body
     return found
+
+
+def _printouts() -> dict[str, str]:
+    return {number: body.split("```\n")[1].split("```")[0]
+            for number, body in _sections().items()}
 
 
 PRINTOUTS = _printouts()
 
 
 def test_every_finding_is_here() -> None:
-    assert sorted(PRINTOUTS, key=int) == [str(n) for n in range(1, 19)]
+    assert sorted(PRINTOUTS, key=int) == [str(n) for n in range(1, 20)]
 
 
-@pytest.mark.parametrize("finding", sorted(PRINTOUTS, key=int))
+# Findings the doc marks open: their printouts must still fail (strict: a fix shows up).
+OPEN = {number for number, body in _sections().items() if "**Open.**" in body}
+
+
+@pytest.mark.parametrize("finding", [
+    pytest.param(number, marks=pytest.mark.xfail(strict=True, reason="open finding"))
+    if number in OPEN else number for number in sorted(PRINTOUTS, key=int)])
 def test_a_recorded_finding_runs_to_its_end(finding: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readers, "event", lambda *args, **kwargs: None)  # outside a test run
