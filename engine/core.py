@@ -172,16 +172,7 @@ class EngineCore:
 
     def _load_tag(self, q: QueueState, tag_id: int, definition: dict[str, Any]) -> TagState:
         store = self._store
-        t = TagState(tag_id, definition["name"], definition["start"], definition["start_seq"],
-                     definition["filter"], definition["created"])
-        waited_on = {}  # topic -> the Inflight head its rewound messages wait behind
-        for topic_id, start, *head in definition.get("topic_from", ()):
-            t.topic_from[topic_id] = start
-            if head and head[0] >= 0:
-                waited_on[topic_id] = head[0]
-        t.topic_ended = {topic: (limit, vt, seq)
-                         for topic, limit, vt, seq in definition.get("topic_ended", ())}
-        t.rewind_older = [(seq, vt, dseq) for seq, vt, dseq in definition.get("rewind_older", ())]
+        t, waited_on = TagState.from_definition(tag_id, definition)
         t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
         lower, upper = keys.tag_scope_bounds(q.id, tag_id)
         for key, value in Store.items(store.leases, lower, upper):
@@ -397,8 +388,9 @@ class EngineCore:
     def _tag_floor(self, q: QueueState, t: TagState, dead_letters: bool = True) -> int:
         """The lowest seq not Ended for ``t`` among those its cursors passed or did not reach,
         its leases and the messages waiting behind an Inflight head of their topic
-        (``topic_from``: the first of them is not Ended); with ``dead_letters``, also its dead letters whose DLQ copy is still
-        alive (they hold ``gone_seq``: a redrive needs the original)."""
+        (``topic_from``: the first of them is not Ended); with ``dead_letters``, also its
+        dead letters whose DLQ copy is still alive (they hold ``gone_seq``: a redrive needs
+        the original)."""
         floor = q.next_seq
         cursors, tails = t.cursors, q.lane_tail
         for lane in q.lanes_used:

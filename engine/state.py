@@ -103,7 +103,8 @@ class TagState:
         "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
         "rewind_older",
         "parked_topics",
-        "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due", "delay_hint", "head_heap",
+        "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due", "delay_hint",
+        "head_heap",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -181,7 +182,9 @@ class TagState:
     def rewound_from(self) -> int:
         """The lowest seq a rewind made never-delivered again (the last one's from_seq, or an
         earlier one's whose walk is still behind)."""
-        return min([self.rewind_seq, *(seq for seq, _, _ in self.rewind_older)])
+        if not self.rewind_older:  # the usual case: no list on a delete's path
+            return self.rewind_seq
+        return min(self.rewind_seq, *(seq for seq, _, _ in self.rewind_older))
 
     def unlock(self, topic: int) -> None:
         head = self.locked.pop(topic, None)
@@ -197,6 +200,24 @@ class TagState:
                                      for topic, seq in self.topic_from.items()),
                 "topic_ended": sorted([topic, *mark] for topic, mark in self.topic_ended.items()),
                 "rewind_older": [list(pair) for pair in self.rewind_older]}
+
+    @classmethod
+    def from_definition(cls, tag_id: int, definition: dict[str, Any]
+                        ) -> tuple[TagState, dict[int, int]]:
+        """The tag ``definition()`` wrote (cursors aside) -> (it, topic -> the Inflight head
+        its rewound messages wait behind, for the open to relock on)."""
+        t = cls(tag_id, definition["name"], definition["start"], definition["start_seq"],
+                definition["filter"], definition["created"])
+        waited_on = {}
+        for topic, start, *head in definition.get("topic_from", ()):
+            t.topic_from[topic] = start
+            if head and head[0] >= 0:
+                waited_on[topic] = head[0]
+        t.topic_ended = {topic: (limit, vt, seq)
+                         for topic, limit, vt, seq in definition.get("topic_ended", ())}
+        t.rewind_older = [(seq, vt, dseq)
+                          for seq, vt, dseq in definition.get("rewind_older", ())]
+        return t, waited_on
 
     def encode_cursors(self) -> bytes:
         return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,

@@ -17,9 +17,9 @@ message comes back after at most one ``lease_s``: keep ``lease_s`` short.
 next receive in the same round trip (``Client.delete_and_receive``) and holds what it receives.
 
 ``process_sync`` / ``process_async`` are that loop, one round trip per batch, behind
-``Client.process`` and ``AsyncClient.process``. A lease the keeper could not extend (the message was deleted by id,
-purged, or the lease had already lapsed) is reported in ``lost`` and ``complete`` raises
-``StaleReceipt`` for it: the message may be handled twice.
+``Client.process`` and ``AsyncClient.process``. A lease the keeper could not extend (the
+message was deleted by id, purged, or the lease had already lapsed) is reported in ``lost``
+and ``complete`` raises ``StaleReceipt`` for it: the message may be handled twice.
 """
 
 from __future__ import annotations

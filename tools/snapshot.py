@@ -234,13 +234,7 @@ class Snapshot:
         for key, value in Store.items(store.meta, tag_lower, tag_upper):
             tag_id = keys.tag_def_ids(key)[1]
             definition = cbor2.loads(value)
-            t = TagState(tag_id, definition["name"], definition["start"],
-                         definition["start_seq"], definition["filter"], definition["created"])
-            t.topic_from = {entry[0]: entry[1] for entry in definition.get("topic_from", ())}
-            t.topic_ended = {topic: (limit, vt, seq)
-                             for topic, limit, vt, seq in definition.get("topic_ended", ())}
-            t.rewind_older = [(seq, vt, dseq)
-                              for seq, vt, dseq in definition.get("rewind_older", ())]
+            t = TagState.from_definition(tag_id, definition)[0]
             cursors = store.tags.get(keys.tag_key(queue_id, tag_id))
             if cursors is not None:
                 t.decode_cursors(cursors)
