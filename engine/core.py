@@ -49,7 +49,9 @@ from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Schema versions this engine migrates on open (docs/STORAGE.md "Schema versions").
+MIGRATES_FROM = (1,)
 DEFAULT_TAG = "default"
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
@@ -116,12 +118,16 @@ class EngineCore:
         store = self._store
         meta = store.meta
         version = meta.get(keys.META_VERSION)
-        if version is None:
+        found = SCHEMA_VERSION if version is None else keys.read_u32(version)
+        if found != SCHEMA_VERSION and found not in MIGRATES_FROM:
+            raise RuntimeError(f"{self.path}: schema version {found}, "
+                               f"this Lamina reads {SCHEMA_VERSION}")
+        if version is None or found != SCHEMA_VERSION:
+            # Version 1 kept lease deadlines in a ``timers`` family as well; they are rebuilt
+            # from the lease rows now, so migrating is dropping that family.
+            store.drop_legacy_families()
             store.put(store.meta_h, keys.META_VERSION, keys.u32(SCHEMA_VERSION))
             store.flush()
-        elif keys.read_u32(version) != SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path}: schema version {keys.read_u32(version)}, "
-                               f"this Lamina reads {SCHEMA_VERSION}")
         clock = meta.get(keys.META_CLOCK)
         self._persisted_clock = keys.read_u64(clock) if clock else 0
         self._clock = EngineClock(self._source, self._persisted_clock)
@@ -184,6 +190,7 @@ class EngineCore:
                 t.dead_heap.append(seq)
             if lease.state == LEASED:
                 t.lease_heap.append(seq)
+                t.due_index.add(lease.due, seq)
                 self._register_wake(q, t, lease.due)
                 if lease.lane == DEFAULT_LANE:  # a topic head? (the lowest leased one is)
                     stored = store.log.get(keys.log_key(q.id, lease.lane, seq))
@@ -501,7 +508,7 @@ class EngineCore:
                     continue
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
-                    store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
+                    t.due_index.discard(lease.due, seq)
             heads = t.head_heap
             while heads and heads[0] < gone:
                 head = heapq.heappop(heads)
@@ -664,7 +671,7 @@ class EngineCore:
         else:
             del t.leases[seq]
             store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
-            store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
+            t.due_index.discard(lease.due, seq)
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
 
@@ -692,7 +699,7 @@ class EngineCore:
 
     def _lease_saved(self, q: QueueState, t: TagState, seq: int, lease: Lease,
                      old_due: int | None) -> None:
-        """Write a lease row and keep its timer row (present exactly while LEASED) in step.
+        """Write a lease row and keep its deadline (indexed exactly while LEASED) in step.
         ``old_due`` is the due time of the row's previous LEASED state, if it had one."""
         store = self._store
         previous = t.leases.get(seq)
@@ -706,10 +713,9 @@ class EngineCore:
         t.leases[seq] = lease
         store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
         if old_due is not None and (lease.state != LEASED or old_due != lease.due):
-            store.delete(store.timers_h, keys.timer_key(q.id, t.id, old_due, seq))
+            t.due_index.discard(old_due, seq)
         if lease.state == LEASED:
-            store.put(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq),
-                      bytes((lease.lane,)))
+            t.due_index.add(lease.due, seq)
             if t.topic_from and t.heads.get(seq) in t.topic_from:
                 self._watch_lapse(q, t, t.heads[seq])
             self._watch_lease_due(q, t, lease.due)
@@ -756,10 +762,8 @@ class EngineCore:
         if q.attributes["redrive"] is None:
             return
         for t in q.tags.values():
-            lower = keys.timer_key(q.id, t.id, now + 1, 0)
-            it = Store.scan(self._store.timers, lower, keys.tag_scope_bounds(q.id, t.id)[1])
-            if it.valid():
-                due = keys.timer_key_decode(it.key())[2]
+            due = t.due_index.first_due_after(now)
+            if due is not None:
                 if q.next_expiry < 0 or due < q.next_expiry:
                     q.next_expiry = due
         if q.next_expiry >= 0:
@@ -775,7 +779,6 @@ class EngineCore:
     def _reschedule_tag_wake(self, q: QueueState, t: TagState, now: int) -> None:
         """After the tag's wake-up fired: register the first lease deadline after ``now``."""
         t.next_wake = -1
-        lower = keys.timer_key(q.id, t.id, now + 1, 0)
-        it = Store.scan(self._store.timers, lower, keys.tag_scope_bounds(q.id, t.id)[1])
-        if it.valid():
-            self._register_wake(q, t, keys.timer_key_decode(it.key())[2])
+        due = t.due_index.first_due_after(now)
+        if due is not None:
+            self._register_wake(q, t, due)

@@ -70,11 +70,8 @@ class DeadLetterOps(CounterOps):
         store = self._store
         moves: list[tuple[int, int, int, TagState, Lease]] = []
         for t in list(q.tags.values()):
-            lower = keys.timer_key(q.id, t.id, t.expiry_due, t.expiry_seq + 1)
-            upper = keys.timer_key(q.id, t.id, now + 1, 0)
             moved = False
-            for key in Store.keys(store.timers, lower, upper):
-                _, _, due, seq = keys.timer_key_decode(key)
+            for due, seq in t.due_index.between((t.expiry_due, t.expiry_seq + 1), now):
                 lease = t.leases.get(seq)
                 if (lease is not None and lease.state == LEASED and lease.due == due
                         and lease.count >= max_receives and seq >= q.gone_seq

@@ -26,7 +26,6 @@ Column families and their layouts::
     topics     queue:u32 | topic:u32 | seq:u64        -> enqueue_ms:u64 | visible_ms:u64
     tags       queue:u32 | tag:u32                    -> tag cursors (fixed struct)
     leases     queue:u32 | tag:u32 | seq:u64          -> lease (fixed struct)
-    timers     queue:u32 | tag:u32 | due_ms:u64 | seq:u64 -> lane:u8
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ _Q_S = struct.Struct(">IQ")
 _Q_T = struct.Struct(">II")
 _Q_T_S = struct.Struct(">IIQ")
 _Q_T_S_S = struct.Struct(">IQQ")
-_Q_T_T_S = struct.Struct(">IIQQ")
 
 U64_MAX = (1 << 64) - 1
 
@@ -263,19 +261,8 @@ def lease_key_decode(key: bytes) -> tuple[int, int, int]:
 
 
 def tag_scope_bounds(queue: int, tag: int) -> tuple[bytes, bytes]:
-    """Bounds of every ``queue | tag | ...`` key (leases and timers)."""
+    """Bounds of every ``queue | tag | ...`` key (leases, tag cursors)."""
     return _Q_T.pack(queue, tag), _Q_T.pack(queue, tag + 1)
-
-
-# -- timers: queue | tag | due | seq --------------------------------------------------------------
-
-#: ``timer_key(queue, tag, due_ms, seq)``: a bound ``struct.pack`` (called per leased message).
-timer_key = _Q_T_T_S.pack
-
-
-def timer_key_decode(key: bytes) -> tuple[int, int, int, int]:
-    """-> (queue, tag, due_ms, seq)"""
-    return _Q_T_T_S.unpack(key)
 
 
 # -- queue-wide bounds (every per-queue family starts with queue:u32) -----------------------------

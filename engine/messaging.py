@@ -3,7 +3,7 @@
 Where a tag's next message comes from (DESIGN.md §2 "Delivery order", §3):
 
 1. *Active again*, ordered by (time it became Active, seq), merged from two ordered sources:
-   - ``timers`` rows with ``due <= now``: leases that ran out (or were ended by
+   - lease deadlines with ``due <= now``: leases that ran out (or were ended by
      ``change_visibility 0``) — a lease row LEASED with due in the past *is* Active again, so
      expiry writes nothing;
    - ``delays`` entries past the tag's delay position with ``visible <= now``: delayed messages
@@ -628,8 +628,8 @@ class _Lessor:
         qid, tid, store = self.q.id, t.id, self.store
         batch_put = store.batch.put
         batch_put(keys.lease_key(qid, tid, seq), lease.encode(), store.leases_h)
-        batch_put(keys.timer_key(qid, tid, due, seq), bytes((lane,)), store.timers_h)
-        store.pending += 2
+        store.pending += 1
+        t.due_index.add_new(due, seq)
         if not self._due_watched:
             self._due_watched = True
             self.engine._watch_lease_due(self.q, t, due)
@@ -638,7 +638,7 @@ class _Lessor:
 
 
     def _active_again(self) -> None:
-        """Merge expired leases (timers) and ended delays, by (time Active, seq).
+        """Merge expired leases (``due_index``) and ended delays, by (time Active, seq).
 
         Each source is walked only when something in it can be due: ``t.min_due`` and
         ``t.delay_hint`` are lower bounds of the next deadline in each, refreshed by the walk
@@ -646,21 +646,17 @@ class _Lessor:
         q, t, store, now = self.q, self.t, self.store, self.now
         timers = delays = None
         if t.min_due <= now:
-            # From the lower bound of the next deadline to now only: rows of leases deleted
-            # before they ran out leave tombstones above now, and walking those is what costs.
-            lower = keys.timer_key(q.id, t.id, t.min_due, 0)
-            timers = Store.scan(store.timers, lower, keys.timer_key(q.id, t.id, now + 1, 0))
+            timers = t.due_index.walk(t.min_due, now)
         if t.delay_hint <= now:
             lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
             delays = Store.scan(store.delays, lower, keys.queue_bounds(q.id)[1])
         log = store.log
-        kept_due = NEVER  # the first timer row met that stays (not leased now)
+        kept_due = NEVER  # the first deadline met that stays (not leased now)
         while len(self.out) < self.count and self.budget > 0:
             timer = delay = None
             if timers is not None:
-                if timers.valid():
-                    timer = keys.timer_key_decode(timers.key())[2:]
-                else:  # every row left is due after now
+                timer = timers.current
+                if timer is None:  # every deadline left is after now
                     self._timers_done(min(kept_due, now + 1))
                     timers = None
             if delays is not None:
@@ -676,14 +672,14 @@ class _Lessor:
                 return
             self.budget -= 1
             if delay is None or (timer is not None and timer <= delay):
-                due, seq = timer  # type: ignore[misc]
-                lane = timers.value()[0]  # type: ignore[union-attr]
+                due, seq = timer
                 timers.next()  # type: ignore[union-attr]
                 lease = t.leases.get(seq)
                 if lease is None or lease.state != LEASED or lease.due != due:
-                    if not self.dry_run:  # a row left behind by a rewind: drop it now
-                        store.delete(store.timers_h, keys.timer_key(q.id, t.id, due, seq))
+                    if not self.dry_run:  # left behind by a change of its lease: drop it now
+                        t.due_index.discard(due, seq)
                     continue
+                lane = lease.lane
                 value = log.get(keys.log_key(q.id, lane, seq)) if seq >= q.gone_seq else None
                 if value is None:
                     continue
@@ -711,9 +707,8 @@ class _Lessor:
                     self.tag_moved = True
 
     def _timers_done(self, next_due: int) -> None:
-        """The timer walk reached ``now``: nothing is due before ``next_due`` nor before the
-        leases this receive made (their rows are not written yet, so the walk cannot see
-        them)."""
+        """The deadline walk reached ``now``: nothing is due before ``next_due`` nor before the
+        leases this receive made (due after ``now``)."""
         if not self.dry_run:
             self.t.min_due = min(next_due, self.due) if self.out else next_due
 

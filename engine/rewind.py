@@ -2,8 +2,8 @@
 
 Rewind of a tag to ``time`` in O(log n + lease rows): one seek in the time index gives the
 seq ``from_seq``; then the tag's cursors move back to it, its lease rows from it on are dropped
-(the Inflight ones stay: they keep their leases and are not offered again), timer rows of
-dropped leases are left to be skipped and deleted when a receive meets them, and the delay position moves back before every delay that can end at or after
+(the Inflight ones stay: they keep their leases and are not offered again) with their
+deadlines, and the delay position moves back before every delay that can end at or after
 ``time``. Delay entries below ``from_seq`` that the tag had already handled are recognised by
 ``rewind_seq`` / the old delay position and skipped.
 
@@ -58,8 +58,7 @@ class RewindOps(TopicOps):
         from_seq = max(self._first_seq_at(q, time_ms), q.gone_seq, t.start_seq)
         if from_seq >= q.next_seq:
             return
-        # Lease rows from from_seq on: Inflight ones stay, the rest go. Their timer rows stay
-        # behind and are dropped when a receive meets them.
+        # Lease rows from from_seq on: Inflight ones stay, the rest go (with their deadlines).
         kept = set()
         for seq, lease in list(t.leases.items()):
             if seq < from_seq:
@@ -69,6 +68,8 @@ class RewindOps(TopicOps):
                 continue
             del t.leases[seq]
             store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
+            if lease.state == LEASED:
+                t.due_index.discard(lease.due, seq)
         # Topics: heads that stay Inflight keep their topic locked; rewound messages of it
         # wait behind them and are looked for from from_seq when they end.
         for topic, head in list(t.locked.items()):

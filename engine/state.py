@@ -21,6 +21,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dueindex import DueIndex
+
 LANES = 16
 LANE_RANGE = range(1, LANES + 1)
 
@@ -94,7 +96,8 @@ class TagState:
     - ``locked`` maps a topic to its head (the message successors wait behind) while the head
       is Inflight or Active again (rebuilt at open from the leases) or found Delayed / not yet
       delivered (found again by one seek when forgotten); ``heads`` is its inverse.
-    - ``expiry_pos``: every timer row at or below it was checked for a dead-letter move.
+    - ``expiry_pos``: every lease deadline at or below it was checked for a dead-letter
+      move.
     """
 
     __slots__ = (
@@ -104,7 +107,7 @@ class TagState:
         "rewind_older",
         "parked_topics",
         "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due", "delay_hint",
-        "head_heap",
+        "head_heap", "due_index",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -151,10 +154,12 @@ class TagState:
         # that one, so the passed ones keep waiting behind it (TopicOps._topic_head_ended).
         self.parked_topics: set[int] = set()
         self.stats_cache: tuple[int, int, int] | None = None  # (when, active, parked)
-        # Lower bounds of the next timer row's due time and of the next delay end past the
+        # Lower bounds of the next lease deadline and of the next delay end past the
         # delay position: a receive walks a source only once they are <= now.
         self.min_due = 0
         self.delay_hint = 0
+        # The LEASED leases by (due_ms, seq): the "Active again" order (dueindex.py).
+        self.due_index = DueIndex()
 
     def lock(self, topic: int, head: int) -> None:
         old = self.locked.get(topic)

@@ -27,11 +27,13 @@ from rocksdict import (
 
 COLUMN_FAMILIES = (
     "meta", "log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
-    "timers",
 )
+#: Families of older schema versions: a read-write open opens them when present, so that the
+#: engine's migration can drop them (``drop_legacy_families``).
+LEGACY_FAMILIES = ("timers",)
 # Families whose rows are written and deleted at message rate: tombstones pile up there, so
 # files with many deletions are compacted early.
-CHURN_FAMILIES = ("leases", "timers", "delays", "delayseq", "topics")
+CHURN_FAMILIES = ("leases", "delays", "delayseq", "topics")
 
 
 def _options(name: str | None = None) -> Options:
@@ -134,9 +136,13 @@ class Store:
             access = AccessType.read_only()
         else:
             access = AccessType.read_write()
+        existing = set(Rdict.list_cf(str(path))) if (path / "CURRENT").exists() else set()
         if read_only or secondary is not None:
-            existing = set(Rdict.list_cf(str(path)))
             column_families = {k: v for k, v in column_families.items() if k in existing}
+        else:  # RocksDB opens a database for writing only with every family it has
+            column_families.update((name, _options(name)) for name in LEGACY_FAMILIES
+                                   if name in existing)
+        self.legacy_families = [name for name in LEGACY_FAMILIES if name in column_families]
         self.db = Rdict(
             str(path), _db_options(), column_families=column_families, access_type=access,
         )
@@ -149,6 +155,12 @@ class Store:
         self.batch = WriteBatch(raw_mode=True)
         self.pending = 0  # operations in ``batch`` not yet written
         self._readers: dict[tuple[int, bytes], RangeReader] = {}
+
+    def drop_legacy_families(self) -> None:
+        """Drop the families an older schema version had and this one does not use."""
+        for name in self.legacy_families:
+            self.db.drop_column_family(name)
+        self.legacy_families = []
 
     # -- the write path -------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
                       help="with --tag: states at this time (default: now, the later of the "
                            "wall clock and the engine clock)")
     dump.add_argument("--limit", type=int, help="at most this many messages")
-    check = command("verify", "re-check records, time index, segments, leases and timers; "
+    check = command("verify", "re-check records, time index, segments and leases; "
                     "exit 1 on damage", queue=False)
     check.add_argument("queues", nargs="*", metavar="QUEUE", help="only these queues")
     check.add_argument("--quiet", action="store_true", help="only the summary")
@@ -409,8 +409,8 @@ def _verify(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
                           f"{item['queue']!r}: {item['count']} more not shown\n")
         verdict = "DAMAGED" if report.damaged else "OK"
         out.write(f"{verdict}: {summary['queues']} queues, {summary['messages']} messages, "
-                  f"{summary['time_entries']} time entries, {summary['leases']} leases, "
-                  f"{summary['timers']} timers checked; {summary['damage']} damage, "
+                  f"{summary['time_entries']} time entries, {summary['leases']} leases "
+                  f"checked; {summary['damage']} damage, "
                   f"{summary['warnings']} warnings\n")
     return EXIT_DAMAGE if report.damaged else EXIT_OK
 

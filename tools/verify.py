@@ -21,15 +21,8 @@ not):
                       that ms; no entry outside the retained log
     time.missing      a ms with messages has no entry (time lookups would land late)
     lease.decode      a lease row decodes (state 1-3, lane 1-16)
-    lease.timer       a LEASED lease has exactly its timer row (due, seq) holding its lane
     lease.message     a lease above gone_seq names a log row (seq, lane)
     lease.below_gone  (warning) a lease row below gone_seq: the engine drops those as it rises
-    timer.orphan      a timer row with no LEASED lease of that due that cannot be a rewind's
-                      leftover (its due is after the last write's clock, or after its lease's)
-    timer.stale       (warning) a timer row without its LEASED lease, due at or before the
-                      engine clock: rewind drops lease rows and leaves their timer rows to be
-                      deleted lazily when a receive meets them (engine/rewind.py), so these are
-                      expected after a rewind and are not damage
     meta              queue name index, definitions, watermarks, tag cursors rows
     orphan            rows of unknown queues or tags in any per-queue column family
 
@@ -99,7 +92,6 @@ class Report:
     messages: int = 0
     time_entries: int = 0
     leases: int = 0
-    timers: int = 0
 
     def count(self, severity: str) -> int:
         return (sum(f.severity == severity for f in self.findings)
@@ -112,7 +104,7 @@ class Report:
     def summary(self) -> dict[str, Any]:
         return {"queues": self.queues, "messages": self.messages,
                 "time_entries": self.time_entries, "leases": self.leases,
-                "timers": self.timers, "damage": self.count(DAMAGE),
+                "damage": self.count(DAMAGE),
                 "warnings": self.count(WARNING),
                 "suppressed": [{"severity": s, "check": c, "queue": q, "count": n}
                                for (s, c, q), n in sorted(self.suppressed.items(),
@@ -244,7 +236,7 @@ class _QueueCheck:
         self.check_segment_table()
         self.check_orphan_log_rows()
         self.check_log_and_time_index()
-        self.check_leases_and_timers()
+        self.check_leases()
 
     # -- segment table ----------------------------------------------------------------------
 
@@ -525,12 +517,12 @@ class _QueueCheck:
                   f"{len(seqs)} ms with messages and no time index entry, first seqs "
                   f"{_seqs(seqs)}")
 
-    # -- leases and timers ----------------------------------------------------------------------
+    # -- leases ---------------------------------------------------------------------------------
 
-    def check_leases_and_timers(self) -> None:
+    def check_leases(self) -> None:
         q, store = self.q, self.store
         tag_ids = sorted(q.tags)
-        for family in ("tags", "leases", "timers"):
+        for family in ("tags", "leases"):
             for low, high in _gaps(tag_ids, 1 << 32):
                 lower = keys.tag_key(q.id, low)
                 upper = keys.tag_key(q.id, high) if high < 1 << 32 else keys.queue_bounds(
@@ -545,8 +537,6 @@ class _QueueCheck:
 
     def _check_tag(self, tag_id: int, tag_name: str) -> None:
         q, store, found = self.q, self.store, self.found
-        leased: dict[int, Lease] = {}
-        states: dict[int, Lease] = {}
         lower, upper = keys.tag_scope_bounds(q.id, tag_id)
         for key, value in Store.items(store.leases, lower, upper):
             self.report.leases += 1
@@ -560,41 +550,12 @@ class _QueueCheck:
                 found(DAMAGE, "lease.decode", where,
                       f"state {lease.state}, lane {lease.lane}")
                 continue
-            states[seq] = lease
-            if lease.state == LEASED:
-                leased[seq] = lease
             if seq < q.gone_seq:
                 found(WARNING, "lease.below_gone", where,
                       f"below gone_seq {q.gone_seq} (dropped when gone_seq next rises)")
             elif store.log.get(keys.log_key(q.id, lease.lane, seq)) is None:
                 found(DAMAGE, "lease.message", where,
                       f"no log row for seq {seq} in lane {lease.lane}")
-        for key, value in Store.items(store.timers, lower, upper):
-            self.report.timers += 1
-            _, _, due, seq = keys.timer_key_decode(key)
-            where = f"tag {tag_name!r} timer due {due} seq {seq}"
-            lease = leased.get(seq)
-            if lease is not None and lease.due == due:
-                del leased[seq]
-                if value != bytes((lease.lane,)):
-                    found(DAMAGE, "lease.timer", where,
-                          f"timer holds lane {value.hex()}, lease lane {lease.lane}")
-                continue
-            lease = states.get(seq)
-            stale = due <= self.clock_ms and (lease is None or lease.state != LEASED
-                                              or lease.due > due)
-            if stale:
-                found(WARNING, "timer.stale", where,
-                      "no LEASED lease of that due: left by a rewind (dropped when a receive "
-                      "meets it), not damage")
-            else:
-                state = "none" if lease is None else f"state {lease.state} due {lease.due}"
-                found(DAMAGE, "timer.orphan", where,
-                      f"no LEASED lease of that due (lease: {state}; engine clock "
-                      f"{self.clock_ms})")
-        for seq, lease in leased.items():
-            found(DAMAGE, "lease.timer", f"tag {tag_name!r} lease seq {seq}",
-                  f"LEASED due {lease.due} without its timer row")
 
 
 def _last_time(ms_of: array, default: int) -> int:

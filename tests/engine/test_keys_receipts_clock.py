@@ -22,12 +22,6 @@ def test_log_keys_sort_like_their_fields(a, b):
     assert keys.log_key_decode(keys.log_key(*a)) == a
 
 
-@given(st.tuples(u32, u32, u64, u64), st.tuples(u32, u32, u64, u64))
-def test_timer_keys_sort_like_their_fields(a, b):
-    assert (keys.timer_key(*a) < keys.timer_key(*b)) == (a < b)
-    assert keys.timer_key_decode(keys.timer_key(*a)) == a
-
-
 @given(u32, u64, u64)
 def test_time_and_delay_keys_round_trip(queue, time_ms, seq):
     assert keys.time_key_decode(keys.time_key(queue, time_ms, seq)) == (queue, time_ms, seq)
@@ -37,7 +31,7 @@ def test_time_and_delay_keys_round_trip(queue, time_ms, seq):
 def test_queue_bounds_enclose_every_key_of_the_queue():
     lower, upper = keys.queue_bounds(7)
     for key in (keys.log_key(7, 16, 2**64 - 1), keys.lease_key(7, 2**32 - 1, 2**64 - 1),
-                keys.timer_key(7, 1, 2**64 - 1, 2**64 - 1)):
+                keys.delay_key(7, 2**64 - 1, 2**64 - 1)):
         assert lower <= key < upper
     assert not lower <= keys.log_key(8, 1, 0) < upper
 

@@ -177,8 +177,7 @@ def test_delete_queue_leaves_no_row_of_it_behind(engine, clock):
     engine.delete_queue("q")
     store = engine._store
     lower, upper = keys.queue_bounds(1)
-    for family in ("log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
-                   "timers"):
+    for family in ("log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases"):
         assert list(store.keys(getattr(store, family), lower, upper)) == [], family
     assert [k for k in store.meta.keys() if k[:1] in b"QWTPD" and k[1:5] == lower] == []
     assert [k for k in store.meta.keys() if k[:1] == b"N"] == []

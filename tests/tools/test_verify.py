@@ -137,21 +137,10 @@ def _log_row_outside(store: Store) -> None:  # a row past the last segment
     store.put(store.log_h, keys.log_key(ORDERS, DEFAULT_LANE, 10_000), log_value(store, 0))
 
 
-def _timer_deleted(store: Store) -> None:
-    tag, seq, lease = a_leased_row(store)
-    store.delete(store.timers_h, keys.timer_key(ORDERS, tag, lease.due, seq))
-
-
-def _timer_future_orphan(store: Store) -> None:  # due after the engine clock: not a rewind's
-    tag, _, _ = a_leased_row(store)
-    store.put(store.timers_h, keys.timer_key(ORDERS, tag, START_MS + 10**9, 1), b"\x08")
-
-
 def _lease_without_message(store: Store) -> None:
     tag, _, lease = a_leased_row(store)
     store.put(store.leases_h, keys.lease_key(ORDERS, tag, 30), Lease(
         LEASED, 2, lease.due, 1, START_MS, 99).encode())  # seq 30 is in lane 8, not 2
-    store.put(store.timers_h, keys.timer_key(ORDERS, tag, lease.due, 30), b"\x02")
 
 
 def _unknown_queue(store: Store) -> None:
@@ -176,8 +165,6 @@ DAMAGE = {
     "segment_row_deleted": (_segment_row_deleted, "segment.table"),
     "log_row_deleted": (_log_row_deleted, "segment.missing"),
     "log_row_outside": (_log_row_outside, "log.orphan"),
-    "timer_deleted": (_timer_deleted, "lease.timer"),
-    "timer_future_orphan": (_timer_future_orphan, "timer.orphan"),
     "lease_without_message": (_lease_without_message, "lease.message"),
     "unknown_queue": (_unknown_queue, "orphan"),
     "unknown_tag": (_unknown_tag, "orphan"),
@@ -208,26 +195,15 @@ def test_damage_as_json_lines(mixed: Path, tmp_path: Path,
     assert rows[-1]["summary"]["damage"] == 1
 
 
-def test_a_stale_timer_row_is_a_warning(mixed: Path, tmp_path: Path) -> None:
-    def stale(store: Store) -> None:  # due before the engine clock, no lease row
-        tag, _, _ = a_leased_row(store)
-        store.put(store.timers_h, keys.timer_key(ORDERS, tag, START_MS, 1), b"\x08")
-
-    damage, warnings, damaged = checks(corrupted(mixed, tmp_path, stale))
-    assert (damage, warnings, damaged) == (set(), {"timer.stale"}, False)
-
-
-def test_rewind_leaves_stale_timers_that_are_not_damage(tmp_path: Path) -> None:
+def test_rewind_over_expired_leases_leaves_a_clean_store(tmp_path: Path) -> None:
     path = tmp_path / "data"
     clock = build_plain(path, 100, segment=30)
     with Engine.open(path, clock=clock) as engine:
         engine.set_queue_attributes("q", {"rewind": 3600})
         engine.receive("q", max=10)
-        clock.advance(31_000)  # the leases run out: Active again, their timer rows stay
-        engine.rewind("q", START_MS)  # drops the lease rows, leaves the timer rows
-    damage, warnings, damaged = checks(path)
-    assert not damaged and damage == set()
-    assert warnings == {"timer.stale"}
+        clock.advance(31_000)  # the leases run out: Active again
+        engine.rewind("q", START_MS)  # drops their lease rows
+    assert checks(path) == (set(), set(), False)
 
 
 def test_verify_beside_a_writing_process(tmp_path: Path) -> None:

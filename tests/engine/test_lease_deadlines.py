@@ -1,0 +1,122 @@
+"""Lease deadlines: the in-memory (due, seq) index, its rebuild at open, and the migration
+from schema version 1 (which kept them in a ``timers`` family)."""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from hypothesis import given
+from hypothesis import strategies as st
+from rocksdict import Options, Rdict
+
+from lamina.engine import Engine, keys
+from lamina.engine.dueindex import DueIndex
+from lamina.engine.store import COLUMN_FAMILIES
+
+@contextmanager
+def raw_store(path: Path) -> Iterator[Rdict]:
+    """The data directory's RocksDB, opened directly (to make an older or newer layout)."""
+    families = {name: Options(raw_mode=True) for name in COLUMN_FAMILIES}
+    db = Rdict(str(path / "db"), Options(raw_mode=True), column_families=families)
+    try:
+        yield db
+    finally:
+        db.close()
+        del db
+        gc.collect()
+
+
+pairs = st.lists(st.tuples(st.integers(0, 2**48), st.integers(0, 2**64 - 1)), max_size=40)
+
+
+@given(pairs, pairs)
+def test_due_index_orders_pairs_by_due_then_seq(added, removed):
+    index = DueIndex()
+    for due, seq in added:
+        index.add(due, seq)
+        index.add(due, seq)  # adding again changes nothing
+    for due, seq in removed:
+        index.discard(due, seq)
+    expected = sorted(set(added) - set(removed))
+    assert list(index) == expected
+    assert len(index) == len(expected)
+
+
+@given(pairs, st.integers(0, 2**48), st.integers(0, 2**48))
+def test_due_index_bounded_reads(added, low, high):
+    index = DueIndex()
+    for due, seq in added:
+        index.add(due, seq)
+    entries = sorted(set(added))
+    after = [due for due, _ in entries if due > low]
+    assert index.first_due_after(low) == (after[0] if after else None)
+    assert index.between((low, 0), high) == [(d, s) for d, s in entries if low <= d <= high]
+    walk, walked = index.walk(low, high), []
+    while walk.current is not None:
+        walked.append(walk.current)
+        index.discard(*walk.current)  # dropping the current entry keeps the walk valid
+        walk.next()
+    assert walked == [(d, s) for d, s in entries if low <= d <= high]
+
+
+def test_due_index_walk_sees_entries_added_ahead_of_it():
+    index = DueIndex()
+    index.add(10, 1)
+    walk = index.walk(0, 100)
+    index.add(50, 2)  # ahead of the position: met
+    index.add(5, 3)  # behind it: not met
+    seen = []
+    while walk.current is not None:
+        seen.append(walk.current)
+        walk.next()
+    assert seen == [(10, 1), (50, 2)]
+
+
+def test_a_lease_runs_out_while_the_engine_is_closed(open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"a", b"b"])
+    first = engine.receive("q", max=2)
+    engine.close()
+    clock.advance(31_000)
+    engine = open_engine()
+    again = engine.receive("q", max=2)
+    assert [d.body for d in again] == [b"a", b"b"]
+    assert [d.dequeue_count for d in again] == [2, 2]
+    assert engine.delete("q", [d.receipt for d in first]) != [None, None]  # stale now
+
+
+def test_schema_1_directory_is_migrated_on_open(tmp_path, clock):
+    path = tmp_path / "data"
+    with Engine.open(path, clock=clock) as engine:
+        engine.create_queue("q", {"visibility_timeout": 30})
+        engine.send("q", [b"a"])
+        (delivery,) = engine.receive("q")
+    # Make it a version 1 directory: the version row, and a ``timers`` family with a row.
+    with raw_store(path) as db:
+        timers = db.create_column_family("timers", Options(raw_mode=True))
+        timers[b"\x00\x00\x00\x01" * 2 + b"\x00" * 16] = b"\x08"
+        db.get_column_family("meta")[keys.META_VERSION] = keys.u32(1)
+        del timers
+    with Engine.open(path, clock=clock) as engine:
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(2)
+        assert "timers" not in Rdict.list_cf(str(path / "db"))
+        assert engine.receive("q") == []  # still Inflight: its deadline was rebuilt
+        clock.advance(31_000)
+        (again,) = engine.receive("q")
+        assert (again.body, again.dequeue_count) == (b"a", 2)
+        assert engine.delete("q", [delivery.receipt]) != [None]
+
+
+def test_a_newer_schema_is_refused(tmp_path, clock):
+    path = tmp_path / "data"
+    Engine.open(path, clock=clock).close()
+    with raw_store(path) as db:
+        db.get_column_family("meta")[keys.META_VERSION] = keys.u32(3)
+    with pytest.raises(RuntimeError, match="schema version 3"):
+        Engine.open(path, clock=clock)
