@@ -50,6 +50,7 @@ INSTALL_HINT = ("install it with your package manager (Debian, Ubuntu: apt-get i
                 "its directory on PATH")
 _START_TIMEOUT_S = 15.0
 _PREFILL_BATCH = 1000
+_LOG = "redis.log"
 
 
 def _free_port() -> int:
@@ -89,16 +90,16 @@ class RedisServer:
         command = [executable, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
                    "--save", "", *durability, "--daemonize", "no", "--logfile", "",
                    "--loglevel", "warning", "--protected-mode", "yes"]
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT)
+        with (folder / _LOG).open("wb") as log:  # a file: a pipe left unread could fill up
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT)
         return cls(process, port, folder)
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                assert self.process.stdout is not None
-                self.output.extend(self.process.stdout.read().decode(errors="replace")
+                self.output.extend((self.folder / _LOG).read_text(errors="replace")
                                    .splitlines())
                 return False
             try:
@@ -122,8 +123,6 @@ class RedisServer:
         """SIGTERM (redis-server exits at once, having synced its append-only file), then
         remove its directory; -> exit code."""
         code = stop_process(self.process, timeout_s)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         return code
 

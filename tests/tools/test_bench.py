@@ -1,9 +1,11 @@
 """``lamina bench`` end to end with tiny sizes: every workload against servers it starts itself,
-one against a running server, the PNG plots, the JSON report; and its measuring parts."""
+one against a running server, the PNG plots, the JSON report, the Redis comparator; and its
+measuring parts."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -252,3 +254,16 @@ def test_against_redis_without_redis_server_says_how_to_install_it(
     ran = lamina(None, "bench", "w1", "--against", "redis")
     assert ran.code == 1
     assert "redis-server" in ran.err and "apt-get install redis-server" in ran.err
+
+
+@pytest.mark.slow
+def test_a_redis_server_that_does_not_start_is_a_clear_error(
+        lamina: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("hiredis")
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\necho 'FATAL CONFIG FILE ERROR'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    ran = lamina(None, "bench", "w1", "--against", "redis", *TINY)
+    assert ran.code == 1
+    assert "redis-server did not start" in ran.err and "FATAL CONFIG FILE ERROR" in ran.err
