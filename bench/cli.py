@@ -186,6 +186,9 @@ def _run(args: argparse.Namespace) -> int:
         elif others:
             raise BenchError(f"--against runs {', '.join(PEER_WORKLOADS)}; {', '.join(others)} "
                              "measure Lamina alone (run them without --against)")
+        if args.inflight != 1:
+            raise BenchError("--against runs one request in flight per client process; leave "
+                             "--inflight at 1")
         from .peers import load_peer
         peer = load_peer(args.against)
     params = Params(processes=args.processes, messages=args.messages, batch=args.batch,

@@ -149,9 +149,9 @@ def _length(run: Run, stream: bytes) -> int:
 
 
 def _single_inflight(params: Params) -> None:
+    """The command line refuses --inflight with --against; this guards other callers."""
     if params.inflight != 1:
-        raise BenchError("--against runs one request in flight per client process; "
-                         "leave --inflight at 1")
+        raise BenchError("the Redis peer runs one request in flight per client process")
 
 
 def _mark(result: WorkloadResult) -> WorkloadResult:

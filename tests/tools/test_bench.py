@@ -246,6 +246,8 @@ def test_against_redis_alternates_the_systems_and_syncs_with_fsync(lamina: Any) 
 def test_against_refuses_workloads_a_peer_does_not_run(lamina: Any) -> None:
     ran = lamina(None, "bench", "idle", "--against", "redis")
     assert ran.code == 1 and "idle" in ran.err and "without --against" in ran.err
+    ran = lamina(None, "bench", "w1", "--against", "redis", "--inflight", "2")
+    assert ran.code == 1 and "--inflight" in ran.err
 
 
 def test_against_redis_without_redis_server_says_how_to_install_it(
