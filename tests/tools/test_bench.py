@@ -199,7 +199,8 @@ needs_redis = pytest.mark.skipif(
 @needs_redis
 def test_against_redis_runs_every_workload_on_both_and_compares_them(lamina: Any) -> None:
     pytest.importorskip("hiredis")
-    ran = lamina(None, "bench", "all", "--against", "redis", *TINY, "--sequential", "--json")
+    ran = lamina(None, "bench", "all", "--against", "redis", *TINY, "--sequential",
+                 "--client-poll-us", "200", "--json")  # w4's clients poll: both ways tried
     assert ran.code == 0, ran.err
     doc = ran.json()
     assert doc["peer"]["name"] == "redis" and doc["peer"]["title"].startswith("Redis")
@@ -214,6 +215,7 @@ def test_against_redis_runs_every_workload_on_both_and_compares_them(lamina: Any
         assert series["w3", "end-to-end"]["messages"] == 200
         assert series["w4", "receive+delete"]["messages"] == 320
         assert results["w2", system]["params"]["round_trips_per_batch"] == 2
+        assert results["w4", system]["params"]["client_poll_us"] == 200
         assert results["w1", system]["notes"] == []  # every entry sent is retained
     lines = {(c["workload"], c["figure"]): c for c in doc["comparison"]}
     for workload, headline in (("w1", "produce"), ("w2", "consume (receive + delete)"),
