@@ -130,8 +130,7 @@ class WorkloadResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"workload": self.workload, "system": self.system, "title": self.title,
-                "fsync": self.fsync,
-                "params": self.params, "figures": [f.to_json() for f in self.figures],
+                "fsync": self.fsync, "params": self.params, "figures": [f.to_json() for f in self.figures],
                 "series": [s.to_json() for s in self.series], "notes": self.notes}
 
 
@@ -168,7 +167,9 @@ def _drop_queue(run: Run, name: str) -> None:
 
 
 def measure(run: Run, specs: list[WorkerSpec]) -> tuple[dict[str, list[Any]], ProcessStats | None,
-                                                         float]:
+                                                        float]:
+    """Run a workload's client processes (released together); -> their samples, the server's
+    CPU and memory over the measured phase (when its pid is known), the clients' CPU seconds."""
     stats = ProcessStats(run.server_pid) if run.server_pid is not None else None
 
     def on_start() -> None:
