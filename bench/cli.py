@@ -2,12 +2,17 @@
 
     lamina bench w1 [w2 w3 w4 idle | all] [--fsync] [--repeat N] [--plot out.png] [--json]
     lamina bench w3 --server 127.0.0.1:7766      # against a running server instead
+    lamina bench all --against redis --repeat 2  # beside Redis Streams, runs alternated
 
 By default each run of each workload starts its own ``lamina serve`` (a fresh temporary data
 directory, any free port, ``--fsync`` if asked) and stops it afterwards, so runs do not see
 each other's data and the bench knows the server's pid (for its CPU time, its memory and
 ``--profile``). With ``--server`` the bench uses that server (``--server-pid`` to get the same
 figures from it). Workload options override the issue's sizes (for quick runs and tests).
+
+``--against PEER`` runs the same workloads on a peer (``peers/``) too, each run of Lamina
+followed or preceded by one of the peer (the order alternates, so drift of the machine weighs
+on both alike), and prints the two side by side (``compare.py``).
 
 This module only registers the command; the workloads, hdrhistogram and matplotlib are
 imported when it runs (a clear error names what is missing).
@@ -36,7 +41,20 @@ Run the issue-4 workloads against a Lamina server and report throughput, latency
 
 By default every run starts its own `lamina serve` on a fresh temporary directory (with
 --fsync if given) and stops it after; --server HOST:PORT uses a running one instead.
+
+--against redis runs w1-w4 on Redis Streams as well, through a client of the same care (the
+hiredis parser, one round trip per batch), on a private redis-server started for each run on a
+free loopback port: in memory, or with --fsync an append-only file synced before every answer
+(appendfsync always). Runs alternate between the two; the report shows each figure of both and
+the ratio. redis-server must be on PATH (Debian, Ubuntu: apt-get install redis-server; Fedora:
+dnf install redis; macOS: brew install redis).
+
+The clients sleep on their sockets while waiting for answers, as applications' clients do;
+--client-poll-us makes w4's client poll instead (faster round trips, a core spent polling).
 """
+
+#: The workloads a peer runs (``--against``); idle and cost measure Lamina alone.
+PEER_WORKLOADS = ("w1", "w2", "w3", "w4")
 
 WORKLOAD_NAMES = ("w1", "w2", "w3", "w4", "idle")  # "all"; "cost" only by name
 
@@ -56,6 +74,8 @@ def _poll_window(text: str) -> int:
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
     from lamina.tools.commands import parse_server  # cheap: no client import
+
+    from .peers import PEER_NAMES  # cheap: the names only
     parser = commands.add_parser(
         "bench", help="run the load-generator workloads (issue 4) against a server",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,6 +94,10 @@ def add_bench_command(commands: Any) -> None:
                             "default, 100)")
     where.add_argument("--data", type=Path, metavar="DIR",
                        help="data directory of the started server (default: a temporary one)")
+    where.add_argument("--against", choices=tuple(PEER_NAMES), metavar="PEER",
+                       help="run w1-w4 on PEER too, alternating runs, and show both side by "
+                            f"side ({', '.join(PEER_NAMES)}: a private server on a free "
+                            "loopback port, started and stopped by the bench)")
     sizes = parser.add_argument_group("workload sizes (default: the issue's)")
     sizes.add_argument("--processes", type=int, help="client processes (w1, w2; default 4)")
     sizes.add_argument("--messages", type=int,
@@ -90,14 +114,16 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--rate", type=float, help="w3 messages per second (default 2000)")
     sizes.add_argument("--duration", type=float, help="w3 seconds (default 10)")
     sizes.add_argument("--connections", type=int, help="idle connections (default 1000)")
-    sizes.add_argument("--client-poll-us", type=_poll_window, default=100, metavar="US",
-                       help="w4: the client polls this long for each answer before sleeping "
-                            "(Client busy_poll_us; 0: sleeps at once; default 100)")
+    sizes.add_argument("--client-poll-us", type=_poll_window, default=0, metavar="US",
+                       help="w4: the client busy-polls this long for each answer before "
+                            "sleeping (Client busy_poll_us; default 0: it sleeps on its "
+                            "socket at once, as applications' clients do)")
     sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
     output = parser.add_argument_group("runs and output")
     output.add_argument("--repeat", type=int, default=1,
-                        help="run each workload N times; report the best (default 1)")
+                        help="run each workload N times; report the best (default 1; with "
+                             "--against, N runs of each system, alternated)")
     output.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="write throughput and latency over time (several workloads: "
                              "OUT-w1.png, ...)")
@@ -147,15 +173,24 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lamina.engine.errors import LaminaError
-
     from .loadgen import BenchError
-    from .profiler import PySpy
     from .report import plot, plot_paths, print_json, print_tables
-    from .spawn import SpawnedServer
-    from .workloads import WORKLOADS, Params, Run
+    from .workloads import Params
 
     names = list(WORKLOAD_NAMES) if "all" in args.workloads else list(dict.fromkeys(args.workloads))
+    peer = None
+    if args.against is not None:
+        others = [n for n in names if n not in PEER_WORKLOADS]
+        if "all" in args.workloads:
+            names = [n for n in names if n in PEER_WORKLOADS]
+        elif others:
+            raise BenchError(f"--against runs {', '.join(PEER_WORKLOADS)}; {', '.join(others)} "
+                             "measure Lamina alone (run them without --against)")
+        if args.inflight != 1:
+            raise BenchError("--against runs one request in flight per client process; leave "
+                             "--inflight at 1")
+        from .peers import load_peer
+        peer = load_peer(args.against)
     params = Params(processes=args.processes, messages=args.messages, batch=args.batch,
                     body_bytes=args.body_bytes, inflight=args.inflight, rate=args.rate,
                     sequential=args.sequential,
@@ -168,61 +203,113 @@ def _run(args: argparse.Namespace) -> int:
         _log("--busy-poll-us with --server: ignored (the running server has its own)")
     many_profiles = len(names) * args.repeat > 1
     best: list[Any] = []
+    pairs: list[tuple[Any, Any]] = []
     for name in names:
         runs: list[Any] = []
+        peer_runs: list[Any] = []
         for attempt in range(1, args.repeat + 1):
             label = f"{name}{' --fsync' if args.fsync else ''} (run {attempt}/{args.repeat})"
-            spawned = None
-            if args.server is None:
-                extra = (() if args.busy_poll_us is None
-                         else ("--busy-poll-us", str(args.busy_poll_us)))
-                spawned = SpawnedServer.start(fsync=args.fsync, data=args.data,
-                                              extra_args=extra)
-                address, pid = spawned.address, spawned.pid
-                _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
-            else:
-                address, pid = args.server, args.server_pid
-                _log(f"{label}: server {address[0]}:{address[1]}")
-            profiler = None
-            if args.profile is not None and name not in ("idle", "cost"):
-                if pid is None:
-                    raise BenchError("--profile needs the server's pid (--server-pid)")
-                path = _numbered(args.profile, f"{name}-{attempt}") if many_profiles \
-                    else args.profile
-                profiler = PySpy(pid, path, gil=args.profile_gil)
-            run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
-                      on_start=profiler.start if profiler else None,
-                      on_stop=profiler.stop if profiler else None)
-            try:
-                result = WORKLOADS[name].run(run, params)
-            except LaminaError as exc:
-                raise BenchError(f"{name}: the server refused a request: {exc.code}: "
-                                 f"{exc.message}") from None
-            finally:
-                if spawned is not None:
-                    code = spawned.stop()
-                    if code not in (0, None):
-                        _log(f"the server exited with code {code}: "
-                             + " | ".join(str(l.get("message")) for l in spawned.log[-5:]))
-            if profiler is not None:
-                _log(f"{label}: profile written to {profiler.output}")
-            headline = ", ".join(f"{f.label} {f.value:,.3g} {f.unit}" for f in result.figures
-                                 if f.target is not None)
-            _log(f"{label}: {headline}")
-            runs.append(result)
-        chosen = max(runs, key=_score)
-        if len(runs) > 1:
-            others = "; ".join(f"{_headline(r).label} {_headline(r).value:,.4g} "
-                               f"{_headline(r).unit}" for r in runs if r is not chosen)
-            chosen.notes.append(f"best of {len(runs)} runs by "
-                                f"{_headline(chosen).label}; the others: {others}")
-        best.append(chosen)
+            if peer is not None and attempt % 2 == 0:  # alternate which system goes first
+                peer_runs.append(_run_peer(peer, name, label, args, params))
+            runs.append(_run_lamina(name, attempt, label, args, params, many_profiles))
+            if peer is not None and attempt % 2 == 1:
+                peer_runs.append(_run_peer(peer, name, label, args, params))
+        best.append(_best(runs))
+        if peer is not None:
+            pairs.append((best[-1], _best(peer_runs)))
     if args.plot is not None:
         for result, path in plot_paths(args.plot, best):
             plot(result, path)
             _log(f"plot written to {path}")
-    if args.json:
+    if peer is not None:
+        from .compare import print_comparison, print_comparison_json
+        if args.json:
+            print_comparison_json(pairs, peer.name, peer.title, sys.stdout)
+        else:
+            print_comparison(pairs, peer.name, peer.title, sys.stdout)
+    elif args.json:
         print_json(best, sys.stdout)
     else:
         print_tables(best, sys.stdout)
     return 0
+
+
+def _best(runs: list[Any]) -> Any:
+    """The best of a system's runs of one workload, the others' headlines in its notes."""
+    chosen = max(runs, key=_score)
+    if len(runs) > 1:
+        others = "; ".join(f"{_headline(r).label} {_headline(r).value:,.4g} "
+                           f"{_headline(r).unit}" for r in runs if r is not chosen)
+        chosen.notes.append(f"best of {len(runs)} runs by "
+                            f"{_headline(chosen).label}; the others: {others}")
+    return chosen
+
+
+def _log_headline(label: str, result: Any) -> None:
+    headline = ", ".join(f"{f.label} {f.value:,.3g} {f.unit}" for f in result.figures
+                         if f.target is not None)
+    _log(f"{label}: {headline}")
+
+
+def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, params: Any,
+                many_profiles: bool) -> Any:
+    """One run of workload ``name`` on Lamina (a server of its own unless ``--server``)."""
+    from lamina.engine.errors import LaminaError
+
+    from .loadgen import BenchError
+    from .profiler import PySpy
+    from .spawn import SpawnedServer
+    from .workloads import WORKLOADS, Run
+
+    spawned = None
+    if args.server is None:
+        extra = (() if args.busy_poll_us is None
+                 else ("--busy-poll-us", str(args.busy_poll_us)))
+        spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra)
+        address, pid = spawned.address, spawned.pid
+        _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
+    else:
+        address, pid = args.server, args.server_pid
+        _log(f"{label}: server {address[0]}:{address[1]}")
+    profiler = None
+    if args.profile is not None and name not in ("idle", "cost"):
+        if pid is None:
+            raise BenchError("--profile needs the server's pid (--server-pid)")
+        path = _numbered(args.profile, f"{name}-{attempt}") if many_profiles else args.profile
+        profiler = PySpy(pid, path, gil=args.profile_gil)
+    run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
+              on_start=profiler.start if profiler else None,
+              on_stop=profiler.stop if profiler else None)
+    try:
+        result = WORKLOADS[name].run(run, params)
+    except LaminaError as exc:
+        raise BenchError(f"{name}: the server refused a request: {exc.code}: "
+                         f"{exc.message}") from None
+    finally:
+        if spawned is not None:
+            code = spawned.stop()
+            if code not in (0, None):
+                _log(f"the server exited with code {code}: "
+                     + " | ".join(str(l.get("message")) for l in spawned.log[-5:]))
+    if profiler is not None:
+        _log(f"{label}: profile written to {profiler.output}")
+    _log_headline(f"{label} lamina" if args.against else label, result)
+    return result
+
+
+def _run_peer(peer: Any, name: str, label: str, args: argparse.Namespace, params: Any) -> Any:
+    """One run of workload ``name`` on a private server of ``peer``, started and stopped here."""
+    from .workloads import Run
+
+    server = peer.start(args.fsync)
+    _log(f"{label} {peer.name}: server pid {server.pid} on "
+         f"{server.address[0]}:{server.address[1]}")
+    try:
+        result = peer.workloads[name](Run(server.address, server.pid, args.fsync, args.timeout,
+                                          args.client_nice), params)
+    finally:
+        code = server.stop()
+        if code not in (0, None):
+            _log(f"{peer.name} exited with code {code}")
+    _log_headline(f"{label} {peer.name}", result)
+    return result

@@ -20,19 +20,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ProcessStats", "SpawnedServer", "cpu_seconds", "rss_bytes"]
+__all__ = ["ProcessStats", "SpawnedServer", "cpu_seconds", "peak_rss_bytes", "rss_bytes",
+           "stop_process"]
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: How long a spawned server may take to say it listens.
 _START_TIMEOUT_S = 30.0
 
 
+def _status_bytes(pid: int, name: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(name):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {name[:-1]} for process {pid}")
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of process ``pid`` (``VmRSS`` of ``/proc/PID/status``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    return _status_bytes(pid, "VmRSS:")
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The highest resident set size process ``pid`` has had (``VmHWM``)."""
+    return _status_bytes(pid, "VmHWM:")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -50,6 +60,9 @@ class ProcessStats:
     cpu_start_s: float = 0.0
     cpu_s: float | None = None
     rss_end_bytes: int | None = None
+    #: The process's peak RSS so far (since it started: a server the bench started for this
+    #: run has run nothing else).
+    peak_rss_bytes: int | None = None
 
     def start(self) -> None:
         self.cpu_start_s = cpu_seconds(self.pid)
@@ -57,6 +70,20 @@ class ProcessStats:
     def stop(self) -> None:
         self.cpu_s = cpu_seconds(self.pid) - self.cpu_start_s
         self.rss_end_bytes = rss_bytes(self.pid)
+        self.peak_rss_bytes = peak_rss_bytes(self.pid)
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> int | None:
+    """SIGTERM, wait for the graceful shutdown (SIGKILL after ``timeout_s``); -> exit code."""
+    code = process.poll()
+    if code is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+    return code
 
 
 @dataclass
@@ -130,14 +157,7 @@ class SpawnedServer:
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM, wait for the graceful shutdown (SIGKILL after ``timeout_s``); -> exit code."""
-        code = self.process.poll()
-        if code is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                code = self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                code = self.process.wait()
+        code = stop_process(self.process, timeout_s)
         if self._drain is not None:
             self._drain.join(5)
         if self.temporary:

@@ -27,9 +27,9 @@ from lamina.server.protocol import ClientConnection, Greeting, Response
 from .loadgen import BenchError, Recorder, clock_s
 
 __all__ = ["check_results", "consume_worker", "latency_consumer_worker",
-           "paced_producer_worker", "produce_worker", "round_trip_worker", "share"]
+           "latency_loop", "paced_loop", "paced_producer_worker", "produce_worker", "round_trip_worker", "share"]
 
-_SEND_TIME = struct.Struct("<d")  # W3: CLOCK_MONOTONIC seconds at the start of each body
+SEND_TIME = struct.Struct("<d")  # W3: CLOCK_MONOTONIC seconds at the start of each body
 PINGS = 5000  # W4's first phase
 _PRODUCER_READ_BYTES = 64 * 1024  # W3 producer: bytes asked of its socket per read
 
@@ -141,7 +141,7 @@ def paced_producer_worker(index: int, barrier: Any, address: tuple[str, int], qu
     whether or not earlier sends were answered, each carrying the time it was issued. One
     thread writes each send when due and reads answers while it waits (see the module
     docstring); a send's latency is from just before its encoding to its answer's parsing."""
-    padding = os.urandom(max(body_bytes - _SEND_TIME.size, 0))
+    padding = os.urandom(max(body_bytes - SEND_TIME.size, 0))
     recorder = Recorder()
     add = recorder.add
     proto = ClientConnection()
@@ -169,30 +169,41 @@ def paced_producer_worker(index: int, barrier: Any, address: tuple[str, int], qu
                 answered += 1
             return answered
 
+        def send_one() -> None:
+            begin = clock_s()
+            request_id, frame = proto.encode_request(
+                "send", {"queue": queue, "messages": [SEND_TIME.pack(begin) + padding]})
+            issued[request_id] = begin
+            sock.sendall(frame)
+
         while proto.greeting is None:
             read_answers()
         barrier.wait()
-        start = clock_s()
-        recorder.start("send", start)
-        sent = answered = 0
-        while answered < messages:
-            now = clock_s()
-            due = start + sent / rate
-            if sent < messages and now >= due:
-                begin = clock_s()
-                request_id, frame = proto.encode_request(
-                    "send", {"queue": queue, "messages": [_SEND_TIME.pack(begin) + padding]})
-                issued[request_id] = begin
-                sock.sendall(frame)
-                sent += 1
-                continue
-            wait_s = due - now if sent < messages else 30.0
-            readable, _, _ = select.select([sock], [], [], wait_s)
-            if readable:
-                answered += read_answers()
-            elif sent == messages:
-                raise BenchError(f"producer: {messages - answered} sends unanswered for 30 s")
+        paced_loop(sock, rate, messages, send_one, read_answers, recorder)
     return recorder
+
+
+def paced_loop(sock: socket.socket, rate: float, messages: int, send_one: Callable[[], None],
+               read_answers: Callable[[], int], recorder: Recorder) -> None:
+    """W3's open loop, for any system's producer: ``send_one()`` the i-th message at start +
+    i/rate, and between sends ``read_answers()`` (-> how many it read) whenever ``sock`` is
+    readable, until all ``messages`` are answered."""
+    start = clock_s()
+    recorder.start("send", start)
+    sent = answered = 0
+    while answered < messages:
+        now = clock_s()
+        due = start + sent / rate
+        if sent < messages and now >= due:
+            send_one()
+            sent += 1
+            continue
+        wait_s = due - now if sent < messages else 30.0
+        readable, _, _ = select.select([sock], [], [], wait_s)
+        if readable:
+            answered += read_answers()
+        elif sent == messages:
+            raise BenchError(f"producer: {messages - answered} sends unanswered for 30 s")
 
 
 def latency_consumer_worker(index: int, barrier: Any, address: tuple[str, int], queue: str,
@@ -201,35 +212,52 @@ def latency_consumer_worker(index: int, barrier: Any, address: tuple[str, int], 
     hand the receipts to a deleting thread. The deletes go over a connection of their own:
     on a shared one a receive's answer could be read by the deleting thread and handed over,
     a thread switch on the path being measured."""
-    recorder = Recorder()
-    receipts: queue_module.Queue[Any] = queue_module.Queue()
-    failures: list[BaseException] = []
-
     with Client.connect(*address, timeout=30) as client, \
             Client.connect(*address, timeout=30) as deleting:
-        def delete_loop() -> None:
-            try:
-                while (batch_receipts := receipts.get()) is not None:
-                    check_results(deleting.delete(queue, batch_receipts), "delete")
-            except BaseException as exc:
-                failures.append(exc)
+        def receive() -> list[tuple[bytes, Any]]:
+            return [(d.message.body, d) for d in client.receive(queue, max=batch, wait=1)]
 
-        deleter = threading.Thread(target=delete_loop, daemon=True)
-        deleter.start()
-        barrier.wait()
-        start = clock_s()
-        recorder.start("end-to-end", start)
-        add = recorder.add
-        received = 0
+        def delete(receipts: list[Any]) -> None:
+            check_results(deleting.delete(queue, receipts), "delete")
+
+        return latency_loop(barrier, messages, deadline_s, receive, delete)
+
+
+def latency_loop(barrier: Any, messages: int, deadline_s: float,
+                 receive: Callable[[], list[tuple[bytes, Any]]],
+                 delete: Callable[[list[Any]], None]) -> Recorder:
+    """W3's consumer loop, for any system's consumer: ``receive()`` (a long poll: -> (body,
+    receipt) pairs) until ``messages`` came or ``deadline_s`` passed, each body's send time
+    turned into an end-to-end latency at once, and the receipts of each batch handed to
+    ``delete`` on a thread of its own (with a connection of its own)."""
+    recorder = Recorder()
+    receipts: queue_module.Queue[list[Any] | None] = queue_module.Queue()
+    failures: list[BaseException] = []
+
+    def delete_loop() -> None:
+        try:
+            while (batch_receipts := receipts.get()) is not None:
+                delete(batch_receipts)
+        except BaseException as exc:
+            failures.append(exc)
+
+    deleter = threading.Thread(target=delete_loop, daemon=True)
+    deleter.start()
+    barrier.wait()
+    start = clock_s()
+    recorder.start("end-to-end", start)
+    add = recorder.add
+    received = 0
+    try:
         while received < messages and clock_s() - start < deadline_s and not failures:
-            deliveries = client.receive(queue, max=batch, wait=1)
+            deliveries = receive()
             now = clock_s()
-            for delivery in deliveries:
-                sent = _SEND_TIME.unpack_from(delivery.message.body)[0]
-                add("end-to-end", now, now - sent)
+            for body, _ in deliveries:
+                add("end-to-end", now, now - SEND_TIME.unpack_from(body)[0])
             received += len(deliveries)
             if deliveries:
-                receipts.put(deliveries)
+                receipts.put([receipt for _, receipt in deliveries])
+    finally:
         receipts.put(None)
         deleter.join(30)
     if failures:

@@ -48,7 +48,9 @@ from .workers import (
     share,
 )
 
-__all__ = ["Figure", "Params", "Run", "WORKLOADS", "Workload", "WorkloadResult"]
+__all__ = ["Figure", "Params", "Run", "WORKLOADS", "Workload", "WorkloadResult", "measure",
+           "new_result", "score_w1", "score_w2", "score_w3", "score_w4", "start_w1", "start_w2",
+           "start_w3", "start_w4"]
 
 _PREFILL_BATCH = 1000
 
@@ -65,8 +67,9 @@ class Params:
     rate: float | None = None
     duration_s: float | None = None
     connections: int | None = None
-    #: w4's client: poll for each answer this long before sleeping (``Client`` busy_poll_us).
-    client_poll_us: int = 100
+    #: w4's client: poll for each answer this long before sleeping (``Client`` busy_poll_us;
+    #: 0, the default: it sleeps on its socket at once, as users' clients do).
+    client_poll_us: int = 0
     #: w2's consumers: receive, then delete, in two round trips (not ``delete_and_receive``).
     sequential: bool = False
 
@@ -122,10 +125,12 @@ class WorkloadResult:
     figures: list[Figure] = field(default_factory=list)
     series: list[SeriesFigures] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: What was measured: "lamina", or the peer of ``--against`` ("redis").
+    system: str = "lamina"
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload": self.workload, "title": self.title, "fsync": self.fsync,
-                "params": self.params, "figures": [f.to_json() for f in self.figures],
+        return {"workload": self.workload, "system": self.system, "title": self.title,
+                "fsync": self.fsync, "params": self.params, "figures": [f.to_json() for f in self.figures],
                 "series": [s.to_json() for s in self.series], "notes": self.notes}
 
 
@@ -161,8 +166,10 @@ def _drop_queue(run: Run, name: str) -> None:
             pass
 
 
-def _measure(run: Run, specs: list[WorkerSpec]) -> tuple[dict[str, list[Any]], ProcessStats | None,
-                                                         float]:
+def measure(run: Run, specs: list[WorkerSpec]) -> tuple[dict[str, list[Any]], ProcessStats | None,
+                                                        float]:
+    """Run a workload's client processes (released together); -> their samples, the server's
+    CPU and memory over the measured phase (when its pid is known), the clients' CPU seconds."""
     stats = ProcessStats(run.server_pid) if run.server_pid is not None else None
 
     def on_start() -> None:
@@ -192,38 +199,51 @@ def _cost_figures(result: WorkloadResult, stats: ProcessStats | None, client_cpu
         result.figures.append(Figure(f"server CPU per {per}", stats.cpu_s / count * 1e6, "µs"))
         if wall_s > 0:
             result.figures.append(Figure("server CPU busy", stats.cpu_s / wall_s * 100, "%"))
+    if stats is not None and stats.peak_rss_bytes is not None:
+        result.figures.append(Figure("server peak RSS", stats.peak_rss_bytes / 1e6, "MB"))
     result.figures.append(Figure(f"load generator CPU per {per}", client_cpu_s / count * 1e6,
                                  "µs"))
 
 
-def _new_result(name: str, run: Run, params: Params, **used: Any) -> WorkloadResult:
+def new_result(name: str, run: Run, params: Params, **used: Any) -> WorkloadResult:
     if run.client_nice:
         used["client_nice"] = run.client_nice
     return WorkloadResult(name, WORKLOADS[name].title, {**used}, run.fsync)
 
 
-def run_w1(run: Run, params: Params) -> WorkloadResult:
+def start_w1(run: Run, params: Params) -> tuple[WorkloadResult, int, int, int]:
+    """W1's sizes as every system runs it: (its result to fill, processes, messages, batch)."""
     processes = params.processes or 4
     messages = params.messages or 200_000
     batch = params.batch or 16
-    result = _new_result("w1", run, params, processes=processes, messages=messages, batch=batch,
-                         body_bytes=params.body_bytes, inflight=params.inflight)
+    result = new_result("w1", run, params, processes=processes, messages=messages, batch=batch,
+                        body_bytes=params.body_bytes, inflight=params.inflight)
+    return result, processes, messages, batch
+
+
+def run_w1(run: Run, params: Params) -> WorkloadResult:
+    result, processes, messages, batch = start_w1(run, params)
     queue = "bench-w1"
     _fresh_queue(run, queue)
     specs = [WorkerSpec(produce_worker, (run.address, queue, share(messages, processes, i),
                                          batch, params.body_bytes, params.inflight))
              for i in range(processes)]
-    samples, stats, client_cpu = _measure(run, specs)
+    score_w1(result, run, *measure(run, specs))
+    retained = _retained(run, queue)
+    if retained != messages:
+        result.notes.append(f"the queue retains {retained} messages, {messages} were sent")
+    _drop_queue(run, queue)
+    return result
+
+
+def score_w1(result: WorkloadResult, run: Run, samples: dict[str, list[Any]],
+             stats: ProcessStats | None, client_cpu: float) -> None:
+    """W1's figures from its workers' ``send`` samples (Lamina's or a peer's)."""
     send = summarize("send", samples["send"])
     result.series.append(send)
     result.figures.append(Figure("produce", send.messages_per_s, "msg/s",
                                  45_000 if run.fsync else 100_000))
-    retained = _retained(run, queue)
-    if retained != messages:
-        result.notes.append(f"the queue retains {retained} messages, {messages} were sent")
     _cost_figures(result, stats, client_cpu, send.messages, send.elapsed_s)
-    _drop_queue(run, queue)
-    return result
 
 
 def prefill(run: Run, queue: str, messages: int, body_bytes: int) -> None:
@@ -237,20 +257,33 @@ def prefill(run: Run, queue: str, messages: int, body_bytes: int) -> None:
             left -= count
 
 
-def run_w2(run: Run, params: Params) -> WorkloadResult:
+def start_w2(run: Run, params: Params) -> tuple[WorkloadResult, int, int, int]:
+    """W2's sizes: (its result to fill, processes, messages, batch)."""
     processes = params.processes or 4
     messages = params.messages or 200_000
     batch = params.batch or 16
-    result = _new_result("w2", run, params, processes=processes, messages=messages, batch=batch,
-                         body_bytes=params.body_bytes, inflight=params.inflight,
-                         round_trips_per_batch=2 if params.sequential else 1)
+    result = new_result("w2", run, params, processes=processes, messages=messages, batch=batch,
+                        body_bytes=params.body_bytes, inflight=params.inflight,
+                        round_trips_per_batch=2 if params.sequential else 1)
+    return result, processes, messages, batch
+
+
+def run_w2(run: Run, params: Params) -> WorkloadResult:
+    result, processes, messages, batch = start_w2(run, params)
     queue = "bench-w2"
     _fresh_queue(run, queue)
     prefill(run, queue, messages, params.body_bytes)
     specs = [WorkerSpec(consume_worker, (run.address, queue, batch, params.inflight,
                                          params.sequential))
              for _ in range(processes)]
-    samples, stats, client_cpu = _measure(run, specs)
+    score_w2(result, run, messages, *measure(run, specs))
+    _drop_queue(run, queue)
+    return result
+
+
+def score_w2(result: WorkloadResult, run: Run, messages: int, samples: dict[str, list[Any]],
+             stats: ProcessStats | None, client_cpu: float) -> None:
+    """W2's figures from its workers' ``receive+delete`` samples."""
     consume = summarize("receive+delete", samples["receive+delete"])
     result.series.append(consume)
     result.figures.append(Figure("consume (receive + delete)", consume.messages_per_s, "msg/s",
@@ -258,24 +291,35 @@ def run_w2(run: Run, params: Params) -> WorkloadResult:
     if consume.messages != messages:
         result.notes.append(f"consumed {consume.messages} of {messages} messages")
     _cost_figures(result, stats, client_cpu, consume.messages, consume.elapsed_s)
-    _drop_queue(run, queue)
-    return result
 
 
-def run_w3(run: Run, params: Params) -> WorkloadResult:
+def start_w3(run: Run, params: Params) -> tuple[WorkloadResult, float, float, int, int]:
+    """W3's sizes: (its result to fill, rate, duration_s, messages, receive batch)."""
     rate = params.rate or 2000.0
     duration_s = params.duration_s or 10.0
     messages = max(int(rate * duration_s), 1)
     batch = params.batch or 16
-    result = _new_result("w3", run, params, rate=rate, duration_s=duration_s,
-                         messages=messages, receive_max=batch, body_bytes=params.body_bytes)
+    result = new_result("w3", run, params, rate=rate, duration_s=duration_s,
+                        messages=messages, receive_max=batch, body_bytes=params.body_bytes)
+    return result, rate, duration_s, messages, batch
+
+
+def run_w3(run: Run, params: Params) -> WorkloadResult:
+    result, rate, duration_s, messages, batch = start_w3(run, params)
     queue = "bench-w3"
     _fresh_queue(run, queue)
     specs = [WorkerSpec(latency_consumer_worker, (run.address, queue, messages, batch,
                                                   duration_s + 30)),
              WorkerSpec(paced_producer_worker, (run.address, queue, rate, messages,
                                                 params.body_bytes))]
-    samples, stats, client_cpu = _measure(run, specs)
+    score_w3(result, rate, *measure(run, specs))
+    _drop_queue(run, queue)
+    return result
+
+
+def score_w3(result: WorkloadResult, rate: float, samples: dict[str, list[Any]],
+             stats: ProcessStats | None, client_cpu: float) -> None:
+    """W3's figures from its producer's ``send`` and consumer's ``end-to-end`` samples."""
     t0 = first_start(samples)
     send = summarize("send", samples["send"], t0_s=t0)
     e2e = summarize("end-to-end", samples["end-to-end"], t0_s=t0)
@@ -289,19 +333,30 @@ def run_w3(run: Run, params: Params) -> WorkloadResult:
         Figure(f"send rate achieved (paced at {rate:,g})", send.messages_per_s, "msg/s"),
     ])
     _cost_figures(result, stats, client_cpu, e2e.messages, send.elapsed_s)
-    _drop_queue(run, queue)
-    return result
+
+
+def start_w4(run: Run, params: Params) -> tuple[WorkloadResult, int]:
+    """W4's sizes: (its result to fill, messages)."""
+    messages = params.messages or 20_000
+    result = new_result("w4", run, params, messages=messages, body_bytes=params.body_bytes,
+                        client_poll_us=params.client_poll_us)
+    return result, messages
 
 
 def run_w4(run: Run, params: Params) -> WorkloadResult:
-    messages = params.messages or 20_000
-    result = _new_result("w4", run, params, messages=messages, body_bytes=params.body_bytes,
-                         client_poll_us=params.client_poll_us)
+    result, messages = start_w4(run, params)
     queue = "bench-w4"
     _fresh_queue(run, queue)
     specs = [WorkerSpec(round_trip_worker, (run.address, queue, messages, params.body_bytes,
                                             params.client_poll_us))]
-    samples, stats, client_cpu = _measure(run, specs)
+    score_w4(result, messages, *measure(run, specs))
+    _drop_queue(run, queue)
+    return result
+
+
+def score_w4(result: WorkloadResult, messages: int, samples: dict[str, list[Any]],
+             stats: ProcessStats | None, client_cpu: float) -> None:
+    """W4's figures from its worker's ``ping``, ``send`` and ``receive+delete`` samples."""
     t0 = first_start(samples)
     ping = summarize("ping", samples["ping"], t0_s=t0)
     send = summarize("send", samples["send"], t0_s=t0)
@@ -317,8 +372,6 @@ def run_w4(run: Run, params: Params) -> WorkloadResult:
     requests = ping.operations + send.operations + 2 * pair.operations
     _cost_figures(result, stats, client_cpu, requests,
                   ping.elapsed_s + send.elapsed_s + pair.elapsed_s, per="request")
-    _drop_queue(run, queue)
-    return result
 
 
 def _raise_open_files_limit(needed: int) -> None:
@@ -331,7 +384,7 @@ def run_idle(run: Run, params: Params) -> WorkloadResult:
     """Open ``connections`` connections (greeting read, then nothing) and compare the
     server's RSS before and after."""
     connections = params.connections or 1000
-    result = _new_result("idle", run, params, connections=connections)
+    result = new_result("idle", run, params, connections=connections)
     if run.server_pid is None:
         raise BenchError("the idle workload reads the server's memory: let the bench start the "
                          "server, or pass --server-pid")
@@ -370,7 +423,7 @@ def run_cost(run: Run, params: Params) -> WorkloadResult:
     """Not an issue-4 workload: the server's CPU time per request of each kind, one client,
     one request at a time (``ping`` is the floor: reading, parsing, answering, no engine)."""
     count = params.messages or 5000
-    result = _new_result("cost", run, params, requests_per_kind=count)
+    result = new_result("cost", run, params, requests_per_kind=count)
     if run.server_pid is None:
         raise BenchError("the cost workload reads the server's CPU time: let the bench start "
                          "the server, or pass --server-pid")

@@ -70,7 +70,8 @@ class ServerConfig:
     auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     max_waiting: int = DEFAULT_MAX_WAITING
-    #: After each read, poll the sockets rather than sleep for this long (busypoll.py).
+    #: While requests keep coming, poll the sockets rather than sleep for this long after the
+    #: server goes idle (busypoll.py: adaptive, so sparse traffic costs no polling).
     busy_poll_us: int = DEFAULT_BUSY_POLL_US
     #: How often queue-depth gauges are refreshed for /metrics.
     metrics_interval_s: float = 10.0
@@ -133,8 +134,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
         help="close connections idle this long (a waiting receive is not idle)")
     add("--busy-poll-us", type=int, default=DEFAULT_BUSY_POLL_US, metavar="US",
-        help="after each request, poll for the next one this long before sleeping: lower "
-             "round-trip latency for some CPU (0: off; default %(default)s)")
+        help="while requests keep coming within this window, poll for the next one this long "
+             "before sleeping: lower round-trip latency for some CPU; sparse traffic is not "
+             "polled for (0: off; default %(default)s)")
     add("--auth-timeout", type=float, default=DEFAULT_AUTH_TIMEOUT_S, metavar="SECONDS",
         help=argparse.SUPPRESS)
     return parser

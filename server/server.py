@@ -12,8 +12,9 @@ Tasks, all owned by :meth:`Server.serve`'s nursery::
     syncer (--fsync): syncs the WAL once for the groups applied meanwhile, then answers
              them (rule 7)
     wait expiry ──> ends waiting receives at their deadlines (waiters.py rule 5)
-    busy poll ──> keeps trio polling the sockets for --busy-poll-us after each read
-                  (busypoll.py: waking a sleeping CPU costs more than a small request)
+    busy poll ──> keeps trio polling the sockets for --busy-poll-us once idle, while requests
+                  keep coming (busypoll.py: waking a sleeping CPU costs more than a small
+                  request)
 
 Rules (each one lives in this file):
 

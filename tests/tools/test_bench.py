@@ -1,9 +1,12 @@
 """``lamina bench`` end to end with tiny sizes: every workload against servers it starts itself,
-one against a running server, the PNG plots, the JSON report; and its measuring parts."""
+one against a running server, the PNG plots, the JSON report, the Redis comparator; and its
+measuring parts."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,7 @@ def test_every_workload_scaled_down_with_plots(tmp_path: Path, lamina: Any) -> N
     assert e2e["messages"] == 200 and e2e["latency_ms"]["p99"] >= e2e["latency_ms"]["p50"] > 0
     assert figure("w3", "end-to-end p99")["target"] == 1.5
     assert {s["series"] for s in results["w4"]["series"]} == {"ping", "send", "receive+delete"}
+    assert results["w4"]["params"]["client_poll_us"] == 0  # the client sleeps unless told
     assert figure("w4", "unbatched awaited sends")["target"] == 8_000
     idle = figure("idle", "server RSS growth")
     assert idle["target"] == 100 and idle["value"] < 100
@@ -181,3 +185,89 @@ def test_json_report_is_one_document(tmp_path: Path) -> None:
         print_json([result], stream)
     doc = json.loads(out.read_text())
     assert doc["results"][0]["figures"][0]["met"] is False
+
+
+# -- --against redis: the comparator's plumbing on a tiny run --------------------------------------
+
+needs_redis = pytest.mark.skipif(
+    shutil.which("redis-server") is None,
+    reason="redis-server is not on PATH (apt-get install redis-server): the Redis comparator "
+           "cannot run")
+
+
+@pytest.mark.slow
+@needs_redis
+def test_against_redis_runs_every_workload_on_both_and_compares_them(lamina: Any) -> None:
+    pytest.importorskip("hiredis")
+    ran = lamina(None, "bench", "all", "--against", "redis", *TINY, "--sequential",
+                 "--client-poll-us", "200", "--json")  # w4's clients poll: both ways tried
+    assert ran.code == 0, ran.err
+    doc = ran.json()
+    assert doc["peer"]["name"] == "redis" and doc["peer"]["title"].startswith("Redis")
+    results = {(r["workload"], r["system"]): r for r in doc["results"]}
+    assert set(results) == {(w, s) for w in ("w1", "w2", "w3", "w4")
+                            for s in ("lamina", "redis")}  # "all": no idle against a peer
+    for system in ("lamina", "redis"):
+        series = {(r, s["series"]): s for (r, sys_), res in results.items() if sys_ == system
+                  for s in res["series"]}
+        assert series["w1", "send"]["messages"] == 320
+        assert series["w2", "receive+delete"]["messages"] == 320
+        assert series["w3", "end-to-end"]["messages"] == 200
+        assert series["w4", "receive+delete"]["messages"] == 320
+        assert results["w2", system]["params"]["round_trips_per_batch"] == 2
+        assert results["w4", system]["params"]["client_poll_us"] == 200
+        assert results["w1", system]["notes"] == []  # every entry sent is retained
+    lines = {(c["workload"], c["figure"]): c for c in doc["comparison"]}
+    for workload, headline in (("w1", "produce"), ("w2", "consume (receive + delete)"),
+                               ("w3", "end-to-end p99"), ("w4", "unbatched awaited sends")):
+        line = lines[workload, headline]
+        assert line["lamina"] > 0 and line["redis"] > 0
+        assert line["ratio"] == pytest.approx(line["lamina"] / line["redis"], rel=1e-3)
+        assert line["better"] in ("lamina", "redis")
+        peak = lines[workload, "server peak RSS"]
+        assert peak["lamina"] > 1 and peak["redis"] > 1  # MB, read from /proc for both servers
+        assert (workload, "server CPU per message" if workload != "w4"
+                else "server CPU per request") in lines
+    assert lines["w3", "end-to-end p50"]["better"] in ("lamina", "redis")
+    assert lines["w4", "ping p99"]["unit"] == "ms"
+
+
+@pytest.mark.slow
+@needs_redis
+def test_against_redis_alternates_the_systems_and_syncs_with_fsync(lamina: Any) -> None:
+    pytest.importorskip("hiredis")
+    ran = lamina(None, "bench", "w1", "--against", "redis", *TINY, "--fsync", "--repeat", "2")
+    assert ran.code == 0, ran.err
+    order = [line.split("(run ")[1][:3] + (" redis" if ") redis" in line else " lamina")
+             for line in ran.err.splitlines() if "msg/s" in line]
+    assert order == ["1/2 lamina", "1/2 redis", "2/2 redis", "2/2 lamina"]
+    assert "Lamina beside Redis" in ran.out and "w1 --fsync" in ran.out
+    assert "best of 2 runs" in ran.out
+
+
+def test_against_refuses_workloads_a_peer_does_not_run(lamina: Any) -> None:
+    ran = lamina(None, "bench", "idle", "--against", "redis")
+    assert ran.code == 1 and "idle" in ran.err and "without --against" in ran.err
+    ran = lamina(None, "bench", "w1", "--against", "redis", "--inflight", "2")
+    assert ran.code == 1 and "--inflight" in ran.err
+
+
+def test_against_redis_without_redis_server_says_how_to_install_it(
+        lamina: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nowhere to find redis-server
+    ran = lamina(None, "bench", "w1", "--against", "redis")
+    assert ran.code == 1
+    assert "redis-server" in ran.err and "apt-get install redis-server" in ran.err
+
+
+@pytest.mark.slow
+def test_a_redis_server_that_does_not_start_is_a_clear_error(
+        lamina: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("hiredis")
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\necho 'FATAL CONFIG FILE ERROR'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    ran = lamina(None, "bench", "w1", "--against", "redis", *TINY)
+    assert ran.code == 1
+    assert "redis-server did not start" in ran.err and "FATAL CONFIG FILE ERROR" in ran.err
