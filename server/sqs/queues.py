@@ -167,8 +167,7 @@ def check_attribute_names(attributes: Any, fifo: bool, creating: bool) -> dict[s
     for name, value in attributes.items():
         if name in READ_ONLY_ATTRIBUTES or name not in ALL_ATTRIBUTES:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {str(name)[:80]}.")
-        if name in FIFO_ATTRIBUTES and not fifo and not (
-                name == "FifoQueue" and str(value).lower() == "false"):
+        if name in FIFO_ATTRIBUTES and not fifo and not (name == "FifoQueue" and creating):
             raise SqsError("InvalidAttributeName",
                            f"Unknown Attribute {name}: it applies to FIFO queues only.")
         if name == "FifoQueue" and not creating:
