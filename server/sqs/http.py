@@ -108,7 +108,8 @@ class SqsGateway:
             try:
                 request, body = await self._read_request(stream, connection, bridge, idle_s)
             except _RequestTooLarge as exc:
-                await self._send(stream, connection, _too_large(exc.what), close=True)
+                if connection.our_state is h11.SEND_RESPONSE:
+                    await self._send(stream, connection, _too_large(exc.what), close=True)
                 return
             except h11.RemoteProtocolError as exc:
                 if connection.their_state is not h11.DONE and connection.our_state in (
@@ -148,6 +149,9 @@ class SqsGateway:
                 continue
             if isinstance(event, h11.Request):
                 request = event
+                if sum(len(n) + len(v) + 4 for n, v in event.headers) + len(event.target) \
+                        > MAX_HEADER_BYTES:
+                    raise _RequestTooLarge("headers")
                 length = dict(event.headers).get(b"content-length")
                 if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
                     raise _RequestTooLarge("body")
@@ -234,6 +238,8 @@ class _RequestTooLarge(Exception):
 
 
 def _too_large(what: str) -> Response:
+    limit = MAX_BODY_BYTES if what == "body" else MAX_HEADER_BYTES
     error = SqsError("RequestEntityTooLarge", f"The request {what} is larger than "
-                     f"{MAX_BODY_BYTES} bytes.")
-    return jsonproto.render_error(error)
+                     f"{limit} bytes.")
+    status, headers, body = jsonproto.render_error(error)
+    return (status if what == "body" else 431), headers, body

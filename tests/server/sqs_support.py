@@ -19,9 +19,9 @@ ACCOUNT = "000000000000"
 
 def sqs_client(port: int, key: str = "unused", secret: str = "unused", *,
                scheme: str = "http", verify: Any = None, retries: int = 0,
-               read_timeout_s: float = 30) -> Any:
+               read_timeout_s: float = 30, region: str = REGION) -> Any:
     return boto3.session.Session().client(
-        "sqs", endpoint_url=f"{scheme}://127.0.0.1:{port}", region_name=REGION,
+        "sqs", endpoint_url=f"{scheme}://127.0.0.1:{port}", region_name=region,
         aws_access_key_id=key, aws_secret_access_key=secret, verify=verify,
         config=Config(retries={"max_attempts": retries, "mode": "standard"},
                       read_timeout=read_timeout_s))
