@@ -140,7 +140,7 @@ class SqsGateway:
                     if request is None:
                         bridge.idle_scope = timer
                     try:
-                        data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                        data = bytes(await stream.receive_some(RECEIVE_CHUNK_BYTES))
                     finally:
                         bridge.idle_scope = None
                 if timer.cancelled_caught:

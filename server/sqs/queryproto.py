@@ -152,7 +152,7 @@ def _message_attribute_xml(attributes: dict[str, Any]) -> str:
 
 
 def _body(action: str, result: dict[str, Any]) -> str:
-    out = []
+    out: list[str] = []
     for key, value in result.items():
         if key in ("QueueUrls", "queueUrls"):
             out.extend(_element("QueueUrl", url) for url in value)
@@ -178,7 +178,7 @@ def _body(action: str, result: dict[str, Any]) -> str:
 
 
 def _message(message: dict[str, Any]) -> str:
-    out = []
+    out: list[str] = []
     for key, value in message.items():
         if key == "Attributes":
             out.append(_pairs("Attribute", value, "Name", "Value"))
