@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from lamina.engine.errors import InternalError, LaminaError
+from lamina.engine.errors import InternalError, LaminaError, Unavailable
 
 from ..connection import Work
 from ..dispatch import Answer, ReceiveAnswer
@@ -61,6 +61,8 @@ class Bridge:
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._inbox = server.inbox_clone()
+        self._inbox_closed = False
+        self._calls = 0  # calls in flight: the inbox stays open for them at shutdown
         #: Cancelled by ``stop_reading`` while the HTTP connection waits for a request.
         self.idle_scope: trio.CancelScope | None = None
 
@@ -69,7 +71,13 @@ class Bridge:
         for waiter in list(self.waiters):
             self.server.waiting.remove(waiter)
         self.waiters.clear()
-        self._inbox.close()
+        self._close_inbox()
+
+    def _close_inbox(self) -> None:
+        """The applier ends once every sender into its inbox is closed (shutdown)."""
+        if not self._inbox_closed:
+            self._inbox_closed = True
+            self._inbox.close()
 
     # -- what the server calls, as on a Connection ---------------------------------------------
 
@@ -105,24 +113,40 @@ class Bridge:
             self.end_wait(waiter)
         if self.idle_scope is not None:
             self.idle_scope.cancel()
+        if self._calls == 0:
+            self._close_inbox()
 
     def abort(self) -> None:
         self.stop_reading()
 
     # -- what the gateway calls ----------------------------------------------------------------
 
+    def _enter(self) -> None:
+        if self._inbox_closed:
+            raise Unavailable("the server is shutting down")
+        self._calls += 1
+
+    def _leave(self) -> None:
+        self._calls -= 1
+        if self.reading_done and self._calls == 0:
+            self._close_inbox()
+
     async def call(self, op: str, args: dict[str, Any], nbytes: int = 0) -> Any:
         """Apply one binary-protocol op; -> its answer (a LaminaError is raised)."""
         request_id = next(self._ids)
         pending = _Pending()
-        self._pending[request_id] = pending
         work = Work(self, [Request(request_id, op, args)], nbytes,  # type: ignore[arg-type]
                     time.perf_counter())
         server = self.server
-        with trio.CancelScope(shield=True):  # once read, a request is applied and answered
-            if not (server.apply_now(work) or server.try_enqueue(self._inbox, work)):
-                await server.enqueue(self._inbox, work)
-            await pending.done.wait()
+        self._enter()
+        try:
+            self._pending[request_id] = pending
+            with trio.CancelScope(shield=True):  # once read, a request is applied, answered
+                if not (server.apply_now(work) or server.try_enqueue(self._inbox, work)):
+                    await server.enqueue(self._inbox, work)
+                await pending.done.wait()
+        finally:
+            self._leave()
         answer = pending.answer
         if isinstance(answer, LaminaError):
             raise answer
@@ -132,9 +156,13 @@ class Bridge:
         """Run ``fn(engine, caller)`` on the applier, in a group (grants: ``caller``)."""
         caller = self.server.caller_of(self)  # type: ignore[arg-type]
         job = EngineJob(lambda engine: fn(engine, caller))
-        with trio.CancelScope(shield=True):
-            await self.server.enqueue(self._inbox, job)
-            await job.done.wait()
+        self._enter()
+        try:
+            with trio.CancelScope(shield=True):
+                await self.server.enqueue(self._inbox, job)
+                await job.done.wait()
+        finally:
+            self._leave()
         if job.error is not None:
             if isinstance(job.error, (LaminaError, SqsError)):
                 raise job.error

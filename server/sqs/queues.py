@@ -261,8 +261,11 @@ def extras_of(attributes: dict[str, str], fifo: bool, old: dict[str, Any] | None
             extras[name] = value
         elif name in ("Policy", "KmsMasterKeyId"):
             extras[name] = value
-        elif name == "VisibilityTimeout":
-            extras[name] = int(value)  # 0 is held as 1 s by Lamina; answered as set
+        elif name == "VisibilityTimeout":  # 0: Lamina holds 1 s, answered as 0
+            if int(value) == 0:
+                extras[name] = 0
+            else:
+                extras.pop(name, None)
     if extras.get("FifoThroughputLimit") == "perMessageGroupId" and \
             extras.get("DeduplicationScope") != "messageGroup":
         raise SqsError("InvalidAttributeValue", "FifoThroughputLimit perMessageGroupId "
@@ -281,8 +284,8 @@ def answer_attributes(names: list[str], lamina: dict[str, Any], extras: dict[str
     values: dict[str, Any] = {}
     for name, (attr, _, _, _) in SHARED_ATTRIBUTES.items():
         values[name] = lamina[attr]
-    if "VisibilityTimeout" in extras:
-        values["VisibilityTimeout"] = extras["VisibilityTimeout"]
+    if extras.get("VisibilityTimeout") == 0 and lamina["visibility_timeout"] == 1:
+        values["VisibilityTimeout"] = 0
     redrive = lamina.get("redrive")
     if redrive:
         values["RedrivePolicy"] = json.dumps({

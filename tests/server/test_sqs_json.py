@@ -312,3 +312,20 @@ def test_sent_over_sqs_received_over_the_binary_protocol_and_back(sqs: Any,
     assert got["MessageAttributes"]["lamina.body-encoding"]["StringValue"] == "base64"
     import base64
     assert base64.b64decode(got["Body"]) == b"\xff\xfe not utf-8"
+
+
+def test_shutdown_answers_a_long_poll_and_closes_idle_connections(tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data") as running:
+        sqs = sqs_client(running.server.sqs_port)
+        url = sqs.create_queue(QueueName="closing")["QueueUrl"]
+        answers: list[Any] = []
+        poller = threading.Thread(target=lambda: answers.append(
+            sqs_client(running.server.sqs_port).receive_message(QueueUrl=url,
+                                                                WaitTimeSeconds=20)))
+        poller.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        running.stop()  # the idle keep-alive connection of ``sqs`` must not hold it up
+        assert time.monotonic() - started < 5
+        poller.join(5)
+        assert answers == [{"ResponseMetadata": answers[0]["ResponseMetadata"]}]
