@@ -145,6 +145,7 @@ class SqsGateway:
                         bridge.idle_scope = None
                 if timer.cancelled_caught:
                     return None, b""
+                self.server.busy_poll.kick()  # the next request is often close behind
                 connection.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
