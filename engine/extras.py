@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 import cbor2
 
 from .core import EngineCore
-from .errors import InvalidArgument, LaminaError
+from .errors import AccessDenied, InvalidArgument, LaminaError
 from .results import Sent
 from .store import Store
 from .validation import check_batch
@@ -107,6 +107,15 @@ class ExtrasOps(EngineCore):
             window.update(ordered)
         if stale:
             store.flush()
+
+    def check_queue_access(self, queue: str, *, caller: str | None = None) -> str:
+        """The queue's name, if it exists and ``caller`` holds any permission on it (a
+        gateway's lookup by name); else ``QueueNotFound`` / ``AccessDenied``."""
+        q = self._queue(queue)
+        if caller is not None and not self._permissions(caller, q.name):  # type: ignore
+            raise AccessDenied(f"queue: key {caller!r} holds no permission on {q.name!r}",
+                               field="queue")
+        return q.name
 
     # -- extras ---------------------------------------------------------------------------------
 

@@ -12,12 +12,13 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from lamina.engine.errors import QueueNotFound
+from lamina.engine.errors import InvalidArgument, QueueNotFound
 
 from .context import Context
 from .errors import SqsError, invalid, missing
 from .messaging import MESSAGE_ACTIONS, int_param, queue_of
 from .queues import (
+    SHARED_ATTRIBUTES,
     QueueRef,
     answer_attributes,
     check_attribute_names,
@@ -59,6 +60,18 @@ def _check_redrive_allowed(engine: Any, caller: str | None, source_arn: str,
                                    policy.get("sourceQueueArns", [])):
         raise invalid("Value for parameter RedrivePolicy is invalid. Reason: the "
                       "dead-letter queue's RedriveAllowPolicy does not allow this queue.")
+
+
+_SQS_NAMES = {f"attributes.{lamina}": sqs for sqs, (lamina, *_) in SHARED_ATTRIBUTES.items()}
+_SQS_NAMES["attributes.redrive"] = "RedrivePolicy"
+
+
+def _attribute_error(error: InvalidArgument) -> SqsError:
+    """A Lamina refusal of queue attributes, in SQS's attribute names."""
+    message = error.message
+    for lamina, sqs in _SQS_NAMES.items():
+        message = message.replace(lamina, sqs)
+    return SqsError("InvalidAttributeValue", message)
 
 
 def _tags_param(value: Any, name: str) -> dict[str, str]:
@@ -103,7 +116,10 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                                "name and a different value for an attribute.")
             return
         _check_redrive_allowed(engine, caller, naming.arn(ref.sqs_name), lamina.get("redrive"))
-        engine.create_queue(ref.lamina_name, lamina, caller=caller)
+        try:
+            engine.create_queue(ref.lamina_name, lamina, caller=caller)
+        except InvalidArgument as exc:
+            raise _attribute_error(exc) from None
         extras = dict(new_extras)
         if tags:
             extras["tags"] = tags
@@ -122,8 +138,8 @@ async def get_queue_url(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     if owner is not None and owner != ctx.naming.account:
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
     ref = ref_of_name(name, lookup=True)
-    await ctx.bridge.job(lambda engine, caller: engine.queue_extras(ref.lamina_name,
-                                                                    caller=caller))
+    await ctx.bridge.job(lambda engine, caller: engine.check_queue_access(ref.lamina_name,
+                                                                          caller=caller))
     return {"QueueUrl": ctx.url(ref.sqs_name)}
 
 
@@ -195,7 +211,10 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         if "redrive" in lamina:
             _check_redrive_allowed(engine, caller, naming.arn(ref.sqs_name), lamina["redrive"])
         if lamina:
-            engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller)
+            try:
+                engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller)
+            except InvalidArgument as exc:
+                raise _attribute_error(exc) from None
         if extras != old:
             engine.set_queue_extras(ref.lamina_name, extras, caller=caller)
 

@@ -329,3 +329,10 @@ def test_shutdown_answers_a_long_poll_and_closes_idle_connections(tmp_path: Path
         assert time.monotonic() - started < 5
         poller.join(5)
         assert answers == [{"ResponseMetadata": answers[0]["ResponseMetadata"]}]
+
+
+def test_attribute_rules_of_the_queue_speak_sqs_names(sqs: Any) -> None:
+    error = _error(sqs.create_queue, QueueName="rules", Attributes={
+        "DelaySeconds": "900", "MessageRetentionPeriod": "600"})["Error"]
+    assert error["Code"] == "InvalidAttributeValue"
+    assert "DelaySeconds" in error["Message"] and "delay" not in error["Message"]

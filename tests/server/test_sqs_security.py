@@ -151,3 +151,15 @@ def test_requests_are_bounded(tmp_path: Path) -> None:
             raw.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * MAX_HEADER_BYTES
                         + b"\r\n\r\n")
             assert raw.recv(100).startswith(b"HTTP/1.1 431")
+
+
+def test_any_permission_on_a_queue_finds_its_url(tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data", keys=KEYS) as running:
+        port = running.server.sqs_port
+        url = sqs_client(port, ADMIN.key_id, ADMIN.secret).create_queue(
+            QueueName="inbox")["QueueUrl"]
+        running.engine_job(lambda engine: engine.grant("inbox", ALICE.key_id, ["send"]))
+        alice = sqs_client(port, ALICE.key_id, ALICE.secret)
+        assert alice.get_queue_url(QueueName="inbox")["QueueUrl"] == url
+        bob = sqs_client(port, BOB.key_id, BOB.secret)
+        assert _code(bob.get_queue_url, QueueName="inbox") == ("AccessDenied", 403)
