@@ -116,3 +116,20 @@ def test_a_handle_follows_its_lease_until_the_lease_ends() -> None:
     assert b"h" not in handles._current
     handles.changed(b"other", None, end_ms=0, now_ms=3600)
     assert handles.resolve(b"other", 3700) == b"other"
+
+
+def test_serve_options_of_the_gateway() -> None:
+    import argparse
+    from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
+    parser = add_serve_arguments(argparse.ArgumentParser())
+    config = config_from_args(parser.parse_args([]))
+    assert (config.sqs_port, config.sqs_account, config.sqs_region) == \
+        (None, "000000000000", "us-east-1")
+    config = config_from_args(parser.parse_args(
+        ["--sqs-port", "9324", "--sqs-account", "123456789012", "--sqs-region", "eu-west-1"]))
+    assert (config.sqs_port, config.sqs_account, config.sqs_region) == \
+        (9324, "123456789012", "eu-west-1")
+    for bad in (["--sqs-port", "70000"], ["--sqs-account", "abc"], ["--sqs-region", "mars"]):
+        with pytest.raises(ConfigError):
+            config_from_args(parser.parse_args(bad))
+    assert "(default 000000000000)" in " ".join(parser.format_help().split())
