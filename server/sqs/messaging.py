@@ -21,6 +21,7 @@ from .context import Context
 from .errors import SqsError, batch_entry_error, from_lamina, invalid, missing
 from .messages import (
     DEDUP,
+    SYSTEM_ATTRIBUTE_NAMES,
     SENDER,
     TRACE,
     attributes_size,
@@ -34,6 +35,7 @@ from .messages import (
     sequence_number,
     stored_attributes,
 )
+from .queues import ALL_ATTRIBUTES as ALL_QUEUE_ATTRIBUTES
 from .queues import QueueRef, sqs_name_of
 
 __all__ = ["MESSAGE_ACTIONS", "int_param", "queue_of"]
@@ -260,7 +262,14 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
     wait = int_param(params, "WaitTimeSeconds", 0, MAX_WAIT_S)
     system_names = _names(params, "AttributeNames") + _names(params,
                                                             "MessageSystemAttributeNames")
+    for name in system_names:
+        if name != "All" and name not in SYSTEM_ATTRIBUTE_NAMES \
+                and name not in ALL_QUEUE_ATTRIBUTES:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name[:80]}.")
     attribute_names = _names(params, "MessageAttributeNames")
+    for name in attribute_names:
+        if not 1 <= len(name) <= 256:
+            raise invalid("MessageAttributeNames: a name is 1-256 characters.")
     attempt_id = params.get("ReceiveRequestAttemptId")
     if attempt_id is not None:
         if not isinstance(attempt_id, str) or not _FIFO_ID_RE.fullmatch(attempt_id):

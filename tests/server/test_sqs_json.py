@@ -336,3 +336,10 @@ def test_attribute_rules_of_the_queue_speak_sqs_names(sqs: Any) -> None:
         "DelaySeconds": "900", "MessageRetentionPeriod": "600"})["Error"]
     assert error["Code"] == "InvalidAttributeValue"
     assert "DelaySeconds" in error["Message"] and "delay" not in error["Message"]
+
+
+def test_unknown_attribute_names_in_a_receive_are_refused(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="names")["QueueUrl"]
+    error = _error(sqs.receive_message, QueueUrl=url,
+                   MessageSystemAttributeNames=["NoSuchAttribute"])["Error"]
+    assert error["Code"] == "InvalidAttributeName" and "NoSuchAttribute" in error["Message"]
