@@ -299,7 +299,8 @@ async def list_dead_letter_source_queues(ctx: Context, params: dict[str, Any]
                 return sources
             after = page.next
 
-    sources = [name for name in await ctx.bridge.job(run) if token is None or name > token]
+    sources = [name for name in await ctx.bridge.job(run)
+               if token is None or name.lower() > token.lower()]
     page = sources[:limit] if limit is not None else sources
     result: dict[str, Any] = {"queueUrls": [ctx.url(sqs_name_of(name)) for name in page]}
     if limit is not None and len(sources) > limit:

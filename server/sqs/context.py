@@ -22,7 +22,8 @@ __all__ = ["Context", "GatewayState", "Handles"]
 
 #: SQS: one PurgeQueue per queue per 60 seconds.
 PURGE_INTERVAL_S = 60.0
-#: ReceiveRequestAttemptId: a retried FIFO receive gets the same answer for 5 minutes.
+#: ReceiveRequestAttemptId: a retried FIFO receive gets the same answer while its leases last,
+#: for 5 minutes at most.
 ATTEMPT_WINDOW_S = 300.0
 MAX_ATTEMPTS_KEPT = 10_000
 MAX_MOVE_TASKS_KEPT = 1000
@@ -94,14 +95,18 @@ class GatewayState:
             return None
         return entry[1]
 
-    def remember_attempt(self, queue: str, attempt_id: str, answer: Any) -> None:
+    def remember_attempt(self, queue: str, attempt_id: str, answer: Any,
+                         valid_s: float) -> None:
+        """Answer a retry of this receive with ``answer`` for ``valid_s`` (while its leases
+        last), at most ATTEMPT_WINDOW_S."""
         now = time.monotonic()
         if len(self.attempts) >= MAX_ATTEMPTS_KEPT:
             self.attempts = {key: entry for key, entry in self.attempts.items()
                              if entry[0] >= now}
             while len(self.attempts) >= MAX_ATTEMPTS_KEPT:
                 self.attempts.pop(next(iter(self.attempts)))
-        self.attempts[(queue.lower(), attempt_id)] = (now + ATTEMPT_WINDOW_S, answer)
+        self.attempts[(queue.lower(), attempt_id)] = (now + min(valid_s, ATTEMPT_WINDOW_S),
+                                                      answer)
 
     def add_move_task(self, handle: str, task: dict[str, Any]) -> None:
         while len(self.move_tasks) >= MAX_MOVE_TASKS_KEPT:

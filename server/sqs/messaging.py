@@ -302,8 +302,10 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
             message["MD5OfMessageAttributes"] = received.md5_of_message_attributes
         messages.append(message)
     result = {"Messages": messages} if messages else {}
-    if attempt_id is not None and ref.fifo:
-        ctx.state.remember_attempt(ref.lamina_name, attempt_id, result)
+    if attempt_id is not None and ref.fifo and messages:
+        leases_end_ms = min(delivery[4] for delivery in answer.deliveries)
+        ctx.state.remember_attempt(ref.lamina_name, attempt_id, result,
+                                   (leases_end_ms - wall_clock_ms()) / 1000)
     return result
 
 

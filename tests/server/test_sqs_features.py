@@ -226,3 +226,17 @@ def test_a_second_reader_through_a_tag_url(sqs: Any, server: ThreadServer) -> No
         "InvalidParameterValue"
     assert _code(sqs.receive_message, QueueUrl=url + "/nosuchtag") == \
         "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_a_retried_fifo_receive_gets_the_same_messages_while_leased(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="attempts.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="once", MessageGroupId="g")
+    first = sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId="try-1",
+                                VisibilityTimeout=1)["Messages"]
+    again = sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId="try-1")["Messages"]
+    assert again == first
+    time.sleep(1.2)  # the lease ended: the attempt is a new receive
+    later = sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId="try-1")["Messages"]
+    assert later[0]["MessageId"] == first[0]["MessageId"]
+    assert later[0]["ReceiptHandle"] != first[0]["ReceiptHandle"]

@@ -343,3 +343,12 @@ def test_unknown_attribute_names_in_a_receive_are_refused(sqs: Any) -> None:
     error = _error(sqs.receive_message, QueueUrl=url,
                    MessageSystemAttributeNames=["NoSuchAttribute"])["Error"]
     assert error["Code"] == "InvalidAttributeName" and "NoSuchAttribute" in error["Message"]
+
+
+def test_with_fsync_an_sqs_send_is_answered_after_its_sync(tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data", fsync=True) as running:
+        sqs = sqs_client(running.server.sqs_port)
+        url = sqs.create_queue(QueueName="synced")["QueueUrl"]
+        before = running.server.syncs
+        sqs.send_message(QueueUrl=url, MessageBody="durable")
+        assert running.server.syncs > before
