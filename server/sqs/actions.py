@@ -96,12 +96,10 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     if len(tags) > MAX_TAGS:
         raise invalid(f"Too many tags: at most {MAX_TAGS}.")
     naming = ctx.naming
-    lamina = lamina_attributes(attributes, naming, True,
-                               lambda dlq: _dlq_name(dlq))
+    given = lamina_attributes(attributes, naming, False, _dlq_name)
+    lamina = lamina_attributes(attributes, naming, True, _dlq_name)  # with SQS's defaults
     new_extras = extras_of(attributes, ref.fifo, None, _now_s())
     new_extras.pop("LastModifiedTimestamp", None)
-
-    given = lamina_attributes(attributes, naming, False, lambda dlq: _dlq_name(dlq))
 
     def run(engine: Any, caller: str | None) -> None:
         try:
@@ -203,7 +201,7 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         raise missing("Attributes")
     attributes = check_attribute_names(params["Attributes"], ref.fifo, creating=False)
     naming = ctx.naming
-    lamina = lamina_attributes(attributes, naming, False, lambda dlq: _dlq_name(dlq))
+    lamina = lamina_attributes(attributes, naming, False, _dlq_name)
 
     def run(engine: Any, caller: str | None) -> None:
         old = engine.queue_extras(ref.lamina_name, caller=caller)

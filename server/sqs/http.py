@@ -135,6 +135,9 @@ class SqsGateway:
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
+                if connection.they_are_waiting_for_100_continue:
+                    await stream.send_all(connection.send(
+                        h11.InformationalResponse(status_code=100, headers=[])))
                 data = b""
                 with trio.move_on_after(idle_s) as timer:
                     if request is None:

@@ -163,3 +163,21 @@ def test_any_permission_on_a_queue_finds_its_url(tmp_path: Path) -> None:
         assert alice.get_queue_url(QueueName="inbox")["QueueUrl"] == url
         bob = sqs_client(port, BOB.key_id, BOB.secret)
         assert _code(bob.get_queue_url, QueueName="inbox") == ("AccessDenied", 403)
+
+
+def test_a_client_expecting_100_continue_is_told_to_go_on(tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data") as running:
+        with socket.create_connection(("127.0.0.1", running.server.sqs_port),
+                                      timeout=10) as raw:
+            body = b"Action=ListQueues"
+            raw.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                        b"Content-Type: application/x-www-form-urlencoded\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(body))
+            assert raw.recv(100).startswith(b"HTTP/1.1 100")
+            raw.sendall(body)
+            answer = b""
+            while b"</ListQueuesResponse>" not in answer:
+                chunk = raw.recv(4096)
+                assert chunk
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200")
