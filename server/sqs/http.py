@@ -11,6 +11,7 @@ protocol's shape. Requests of one connection run one at a time, in order (HTTP/1
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,9 @@ class SqsGateway:
         config = server.config
         self.scheme = "https" if config.tls else "http"
         self.state = GatewayState(Naming(account, region, ""))
+        # Request ids shaped like SQS's (a UUID): random per server, then a counter.
+        self._request_id_prefix = str(uuid.uuid4())[:24]
+        self._request_numbers = itertools.count()
         self._host = config.host
 
     async def serve(self, pool: trio.Nursery,
@@ -183,7 +187,7 @@ class SqsGateway:
     # -- one request ---------------------------------------------------------------------------
 
     async def respond(self, bridge: Bridge, request: h11.Request, body: bytes) -> Response:
-        request_id = str(uuid.uuid4())
+        request_id = f"{self._request_id_prefix}{next(self._request_numbers):012x}"
         headers: dict[str, str] = {}
         for name, value in request.headers:
             key = name.decode("latin-1")

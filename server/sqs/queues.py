@@ -15,6 +15,7 @@ ranges); the SQS-only ones are kept in the queue's extras and answered back.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -79,14 +80,7 @@ class Naming:
         """A QueueUrl (full URL or path) -> the queue it names."""
         if not isinstance(url, str) or not url or len(url) > 2048:
             raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-        path = urlsplit(url).path if "://" in url else url
-        parts = [part for part in path.split("/") if part]
-        if len(parts) not in (2, 3) or parts[0] != self.account:
-            raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-        tag = parts[2] if len(parts) == 3 else None
-        if tag is not None and not NAME_RE.fullmatch(tag):
-            raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-        return ref_of_name(parts[1], tag, lookup=True)
+        return _ref_of_url(url, self.account)
 
     def ref_of_arn(self, arn: Any, field: str) -> QueueRef:
         if not isinstance(arn, str):
@@ -96,6 +90,18 @@ class Naming:
             raise invalid(f"{field}: {arn[:200]!r} is not the ARN of a queue of this "
                           f"server (arn:aws:sqs:{self.region}:{self.account}:NAME).")
         return ref_of_name(parts[5], None, lookup=True, field=field)
+
+
+@functools.lru_cache(maxsize=4096)  # clients name the same few queues request after request
+def _ref_of_url(url: str, account: str) -> QueueRef:
+    path = urlsplit(url).path if "://" in url else url
+    parts = [part for part in path.split("/") if part]
+    if len(parts) not in (2, 3) or parts[0] != account:
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    tag = parts[2] if len(parts) == 3 else None
+    if tag is not None and not NAME_RE.fullmatch(tag):
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    return ref_of_name(parts[1], tag, lookup=True)
 
 
 def ref_of_name(name: Any, tag: str | None = None, *, lookup: bool = False,
