@@ -313,15 +313,19 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
 
 
 async def _delete(ctx: Context, ref: QueueRef, handles: list[bytes]) -> list[Any]:
+    """Per handle None (done) or the error. SQS: a handle of an earlier receive (its lease
+    ended: the message was deleted, received again or is visible again) "succeeds, but the
+    message will not be deleted"; Lamina calls that receipt stale, so it answers success
+    too. A handle this server never issued for this queue is ``ReceiptHandleIsInvalid``."""
     now = wall_clock_ms()
     receipts = [ctx.state.handles.resolve(handle, now) for handle in handles]
     args = _tag_args(ref)
     args["receipts"] = receipts
     results = (await ctx.bridge.call("delete", args)).results
     for handle, result in zip(handles, results):
-        if result is None:
+        if result is None or isinstance(result, StaleReceipt):
             ctx.state.handles.forget(handle)
-    return results
+    return [None if isinstance(result, StaleReceipt) else result for result in results]
 
 
 async def delete_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

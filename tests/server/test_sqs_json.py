@@ -201,6 +201,8 @@ def test_receive_limits_and_visibility(sqs: Any) -> None:
 
 
 def test_receipt_handle_stays_valid_across_visibility_changes(sqs: Any) -> None:
+    """And, as in SQS, deleting with the handle of an ended lease succeeds without deleting:
+    the message is delivered again."""
     url = sqs.create_queue(QueueName="handles")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="m")
     handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
@@ -209,8 +211,10 @@ def test_receipt_handle_stays_valid_across_visibility_changes(sqs: Any) -> None:
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
     with pytest.raises(sqs.exceptions.MessageNotInflight):
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=5)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)  # SQS: an old handle succeeds
+    other = sqs.create_queue(QueueName="handles-other")["QueueUrl"]
     with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
-        sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        sqs.delete_message(QueueUrl=other, ReceiptHandle=handle)  # not this queue's
     error = _error(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-handle!")
     assert error["Error"]["Code"] == "ReceiptHandleIsInvalid"
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 404
@@ -221,6 +225,11 @@ def test_visibility_zero_makes_a_message_receivable_again(sqs: Any) -> None:
     sqs.send_message(QueueUrl=url, MessageBody="m")
     handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+    again = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    assert again["Body"] == "m"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)  # the old handle deletes nothing
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"],
+                                  VisibilityTimeout=0)
     assert sqs.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "m"
 
 
@@ -251,9 +260,10 @@ def test_batches_answer_per_entry_and_refuse_bad_batches(sqs: Any) -> None:
     assert [e["Id"] for e in changed["Successful"]] == ["good"]
     assert changed["Failed"][0]["Code"] == "ReceiptHandleIsInvalid"
     deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
-        {"Id": "good", "ReceiptHandle": handle}, {"Id": "again", "ReceiptHandle": handle}])
+        {"Id": "good", "ReceiptHandle": handle}, {"Id": "forged", "ReceiptHandle": "AAAA"}])
     assert [e["Id"] for e in deleted["Successful"]] == ["good"]
-    assert deleted["Failed"][0]["Id"] == "again"
+    assert deleted["Failed"][0]["Id"] == "forged"
+    assert deleted["Failed"][0]["Code"] == "ReceiptHandleIsInvalid"
 
 
 def test_purge_empties_the_queue_once_a_minute(sqs: Any) -> None:
