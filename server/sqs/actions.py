@@ -170,8 +170,8 @@ async def delete_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 
 async def purge_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     ref = queue_of(ctx, params)
-    await ctx.bridge.job(lambda engine, caller: engine.queue_extras(ref.lamina_name,
-                                                                    caller=caller))
+    await ctx.bridge.job(lambda engine, caller: engine.check_queue_access(ref.lamina_name,
+                                                                          caller=caller))
     if not ctx.state.purge_allowed(ref.lamina_name):
         raise SqsError("PurgeQueueInProgress", "Only one PurgeQueue operation on "
                        f"{ref.sqs_name} is allowed every 60 seconds.")

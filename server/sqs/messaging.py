@@ -189,7 +189,8 @@ async def _send(ctx: Context, ref: QueueRef, outgoing: list[_Outgoing]) -> list[
         return answer.results
 
     def run(engine: Any, caller: str | None) -> list[Any]:
-        extras = engine.queue_extras(ref.lamina_name, caller=caller)
+        engine.check_queue_access(ref.lamina_name, caller=caller)  # the send checks "send"
+        extras = engine.queue_extras(ref.lamina_name)
         if not extras.get("FifoQueue"):
             raise QueueNotFound("queue is not a FIFO queue", field="queue")
         keys = []

@@ -181,3 +181,18 @@ def test_a_client_expecting_100_continue_is_told_to_go_on(tmp_path: Path) -> Non
                 assert chunk
                 answer += chunk
             assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_a_send_only_key_sends_to_a_fifo_queue(tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data", keys=KEYS) as running:
+        port = running.server.sqs_port
+        url = sqs_client(port, ADMIN.key_id, ADMIN.secret).create_queue(
+            QueueName="jobs.fifo", Attributes={"FifoQueue": "true",
+                                               "ContentBasedDeduplication": "true"})["QueueUrl"]
+        running.engine_job(lambda engine: engine.grant("jobs-fifo", ALICE.key_id, ["send"]))
+        alice = sqs_client(port, ALICE.key_id, ALICE.secret)
+        assert alice.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g")["MessageId"]
+        assert _code(alice.receive_message, QueueUrl=url) == ("AccessDenied", 403)
+        bob = sqs_client(port, BOB.key_id, BOB.secret)
+        assert _code(bob.send_message, QueueUrl=url, MessageBody="x",
+                     MessageGroupId="g") == ("AccessDenied", 403)
