@@ -276,6 +276,20 @@ async def list_queue_tags(ctx: Context, params: dict[str, Any]) -> dict[str, Any
 # -- dead-letter queues and move tasks -------------------------------------------------------
 
 
+def _sources_of(engine: Any, caller: str | None, dlq: str) -> list[str]:
+    """The queues (``caller`` may see) whose redrive policy names ``dlq``, in name order."""
+    sources, after = [], None
+    while True:
+        page = engine.list_queues(after=after, limit=1000, caller=caller)
+        for name in page.queues:
+            redrive = engine.queue_attributes(name).get("redrive")
+            if redrive and redrive["dlq"].lower() == dlq.lower():
+                sources.append(name)
+        if page.next is None:
+            return sources
+        after = page.next
+
+
 async def list_dead_letter_source_queues(ctx: Context, params: dict[str, Any]
                                          ) -> dict[str, Any]:
     ref = queue_of(ctx, params)
@@ -286,16 +300,7 @@ async def list_dead_letter_source_queues(ctx: Context, params: dict[str, Any]
 
     def run(engine: Any, caller: str | None) -> list[str]:
         engine.queue_extras(ref.lamina_name, caller=caller)  # exists, may be read
-        sources, after = [], None
-        while True:
-            page = engine.list_queues(after=after, limit=1000, caller=caller)
-            for name in page.queues:
-                redrive = engine.queue_attributes(name).get("redrive")
-                if redrive and redrive["dlq"].lower() == ref.lamina_name.lower():
-                    sources.append(name)
-            if page.next is None:
-                return sources
-            after = page.next
+        return _sources_of(engine, caller, ref.lamina_name)
 
     sources = [name for name in await ctx.bridge.job(run)
                if token is None or name.lower() > token.lower()]
@@ -316,6 +321,19 @@ async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[
     destination = (naming.ref_of_arn(destination_arn, "DestinationArn")
                    if destination_arn is not None else None)
     rate = int_param(params, "MaxNumberOfMessagesPerSecond", 1, 500)
+
+    def sources_of_dlq(engine: Any, caller: str | None) -> list[str]:
+        engine.check_queue_access(dlq.lamina_name, caller=caller)
+        return _sources_of(engine, None, dlq.lamina_name)  # the redrive checks "manage"
+
+    sources = await ctx.bridge.job(sources_of_dlq)
+    if not sources:
+        raise invalid("Source queue must be configured as a Dead Letter Queue: no queue's "
+                      "RedrivePolicy names it.")
+    if destination is not None and destination.lamina_name.lower() not in {
+            name.lower() for name in sources}:
+        raise invalid("DestinationArn: dead letters go back to the queue they came from; "
+                      "this queue does not use the source queue as its dead-letter queue.")
     started = int(time.time() * 1000)
     moved = 0
     while True:

@@ -240,3 +240,16 @@ def test_a_retried_fifo_receive_gets_the_same_messages_while_leased(sqs: Any) ->
     later = sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId="try-1")["Messages"]
     assert later[0]["MessageId"] == first[0]["MessageId"]
     assert later[0]["ReceiptHandle"] != first[0]["ReceiptHandle"]
+
+
+def test_a_move_task_needs_a_dead_letter_queue(sqs: Any) -> None:
+    sqs.create_queue(QueueName="not-a-dlq")
+    assert _code(sqs.start_message_move_task, SourceArn=_arn("not-a-dlq")) == \
+        "InvalidParameterValue"
+    sqs.create_queue(QueueName="dlq2")
+    sqs.create_queue(QueueName="src2", Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": _arn("dlq2"), "maxReceiveCount": 1})})
+    sqs.create_queue(QueueName="elsewhere")
+    assert _code(sqs.start_message_move_task, SourceArn=_arn("dlq2"),
+                 DestinationArn=_arn("elsewhere")) == "InvalidParameterValue"
+    assert sqs.start_message_move_task(SourceArn=_arn("dlq2"), DestinationArn=_arn("src2"))
