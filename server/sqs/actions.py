@@ -107,7 +107,8 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
         except QueueNotFound:
             current = None
         if current is not None:  # SQS: the same name with no different attribute: its URL
-            old = engine.queue_extras(ref.lamina_name, caller=caller)
+            engine.check_queue_access(ref.lamina_name, caller=caller)
+            old = engine.queue_extras(ref.lamina_name)
             if any(current.get(k) != v for k, v in given.items()) or any(
                     old.get(k) != v for k, v in new_extras.items()):
                 raise SqsError("QueueNameExists", "A queue already exists with the same "
@@ -204,7 +205,8 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
     lamina = lamina_attributes(attributes, naming, False, _dlq_name)
 
     def run(engine: Any, caller: str | None) -> None:
-        old = engine.queue_extras(ref.lamina_name, caller=caller)
+        engine.check_queue_access(ref.lamina_name, caller=caller)
+        old = engine.queue_extras(ref.lamina_name)  # the changes below check "manage"
         extras = extras_of(attributes, ref.fifo, old, _now_s())
         if "redrive" in lamina:
             _check_redrive_allowed(engine, caller, naming.arn(ref.sqs_name), lamina["redrive"])
@@ -226,7 +228,7 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
 async def _change_tags(ctx: Context, ref: QueueRef, change: Callable[[dict[str, str]], None]
                        ) -> None:
     def run(engine: Any, caller: str | None) -> None:
-        extras = engine.queue_extras(ref.lamina_name, caller=caller)
+        extras = engine.queue_extras(ref.lamina_name)  # set_queue_extras checks "manage"
         tags = dict(extras.get("tags", {}))
         change(tags)
         if len(tags) > MAX_TAGS:

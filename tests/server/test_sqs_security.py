@@ -196,3 +196,19 @@ def test_a_send_only_key_sends_to_a_fifo_queue(tmp_path: Path) -> None:
         bob = sqs_client(port, BOB.key_id, BOB.secret)
         assert _code(bob.send_message, QueueUrl=url, MessageBody="x",
                      MessageGroupId="g") == ("AccessDenied", 403)
+
+
+def test_a_manage_only_key_tags_and_configures_a_queue(tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data", keys=KEYS) as running:
+        port = running.server.sqs_port
+        url = sqs_client(port, ADMIN.key_id, ADMIN.secret).create_queue(
+            QueueName="managed")["QueueUrl"]
+        running.engine_job(lambda engine: engine.grant("managed", ALICE.key_id, ["manage"]))
+        alice = sqs_client(port, ALICE.key_id, ALICE.secret)
+        alice.tag_queue(QueueUrl=url, Tags={"k": "v"})
+        alice.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "1"})
+        assert _code(alice.list_queue_tags, QueueUrl=url) == ("AccessDenied", 403)
+        bob = sqs_client(port, BOB.key_id, BOB.secret)
+        assert _code(bob.tag_queue, QueueUrl=url, Tags={"k": "x"}) == ("AccessDenied", 403)
+        assert _code(bob.set_queue_attributes, QueueUrl=url,
+                     Attributes={"DelaySeconds": "2"}) == ("AccessDenied", 403)
