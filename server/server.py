@@ -14,6 +14,8 @@ Tasks, all owned by :meth:`Server.serve`'s nursery::
     wait expiry ──> ends waiting receives at their deadlines (waiters.py rule 5)
     busy poll ──> keeps trio polling the sockets for --busy-poll-us after each read
                   (busypoll.py: waking a sleeping CPU costs more than a small request)
+    SQS gateway (--sqs-port, sqs/http.py) ──> HTTP connections, each with a Bridge that hands
+                  its requests to the applier as a connection does (sqs/bridge.py)
 
 Rules (each one lives in this file):
 

@@ -139,7 +139,8 @@ def test_batches_and_lists_in_xml(server: ThreadServer) -> None:
                              "AttributeName.2": "QueueArn"})
     got = {text(a, "sqs:Name"): text(a, "sqs:Value") for a in root.findall(
         "sqs:GetQueueAttributesResult/sqs:Attribute", NS)}
-    assert got == {"VisibilityTimeout": "30", "QueueArn": f"arn:aws:sqs:us-east-1:{ACCOUNT}:xml-batch"}
+    assert got == {"VisibilityTimeout": "30",
+                   "QueueArn": f"arn:aws:sqs:us-east-1:{ACCOUNT}:xml-batch"}
 
 
 def test_a_request_to_the_queue_url_names_the_queue_and_get_works(server: ThreadServer) -> None:
