@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,9 @@ MAX_HEADER_BYTES = 16 * 1024
 #: A 1 MiB batch as JSON with every character escaped (``\\u00XX``) stays under this.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 RECEIVE_CHUNK_BYTES = 64 * 1024
+#: A request must arrive whole within this long of its first bytes (a trickling client
+#: does not hold a connection for idle timeout after idle timeout).
+REQUEST_READ_S = 60.0
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -136,6 +140,7 @@ class SqsGateway:
         request = None
         chunks: list[bytes] = []
         size = 0
+        deadline = math.inf  # set by the request's first bytes
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
@@ -143,15 +148,18 @@ class SqsGateway:
                     await stream.send_all(connection.send(
                         h11.InformationalResponse(status_code=100, headers=[])))
                 data = b""
-                with trio.move_on_after(idle_s) as timer:
-                    if request is None:
+                idle = request is None and not connection.trailing_data[0]
+                with trio.move_on_at(min(trio.current_time() + idle_s, deadline)) as timer:
+                    if idle:
                         bridge.idle_scope = timer
                     try:
                         data = bytes(await stream.receive_some(RECEIVE_CHUNK_BYTES))
                     finally:
                         bridge.idle_scope = None
                 if timer.cancelled_caught:
-                    return None, b""
+                    return None, b""  # idle, shutting down, or too slow to send a request
+                if deadline == math.inf:
+                    deadline = trio.current_time() + REQUEST_READ_S
                 self.server.busy_poll.kick()  # the next request is often close behind
                 connection.receive_data(data)
                 continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import socket
+import time
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -212,3 +213,18 @@ def test_a_manage_only_key_tags_and_configures_a_queue(tmp_path: Path) -> None:
         assert _code(bob.tag_queue, QueueUrl=url, Tags={"k": "x"}) == ("AccessDenied", 403)
         assert _code(bob.set_queue_attributes, QueueUrl=url,
                      Attributes={"DelaySeconds": "2"}) == ("AccessDenied", 403)
+
+
+def test_a_request_trickling_in_is_cut_off(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from lamina.server.sqs import http as sqs_http
+    monkeypatch.setattr(sqs_http, "REQUEST_READ_S", 0.5)
+    with sqs_server(tmp_path / "data") as running:
+        with socket.create_connection(("127.0.0.1", running.server.sqs_port),
+                                      timeout=10) as raw:
+            raw.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n")
+            time.sleep(0.3)
+            raw.sendall(b"X-Slow: 1\r\n")
+            started = time.monotonic()
+            assert raw.recv(100) == b""  # closed without an answer
+            assert time.monotonic() - started < 5
