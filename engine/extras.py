@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 import cbor2
 
 from .core import EngineCore
-from .errors import AccessDenied, InvalidArgument, LaminaError
+from .errors import AccessDenied, InvalidArgument, LaminaError, Unavailable
 from .results import Sent
 from .store import Store
 from .validation import check_batch
@@ -111,6 +111,8 @@ class ExtrasOps(EngineCore):
     def check_queue_access(self, queue: str, *, caller: str | None = None) -> str:
         """The queue's name, if it exists and ``caller`` holds any permission on it (a
         gateway's lookup by name); else ``QueueNotFound`` / ``AccessDenied``."""
+        if self._closed:
+            raise Unavailable("the engine is closed")
         q = self._queue(queue)
         if caller is not None and not self._permissions(caller, q.name):  # type: ignore
             raise AccessDenied(f"queue: key {caller!r} holds no permission on {q.name!r}",
@@ -121,6 +123,8 @@ class ExtrasOps(EngineCore):
 
     def queue_extras(self, queue: str, *, caller: str | None = None) -> dict[str, Any]:
         """The queue's extras (empty when none were set)."""
+        if self._closed:
+            raise Unavailable("the engine is closed")
         self._check(caller, "peek", queue)  # type: ignore[attr-defined]
         return dict(self._extras.get(self._queue(queue).id, {}))
 

@@ -104,3 +104,25 @@ def test_refused_entries_record_no_key(engine: Engine) -> None:
         engine.send_deduplicated("q", [b"a", b"b"], [b"k"])
     with pytest.raises(InvalidArgument, match=r"dedup_keys\[0\]"):
         engine.send_deduplicated("q", [b"a"], [b""])
+
+
+def test_a_closed_engine_answers_unavailable(engine: Engine) -> None:
+    from lamina.engine.errors import Unavailable
+    engine.create_queue("q")
+    engine.close()
+    for call in (lambda: engine.queue_extras("q"), lambda: engine.check_queue_access("q"),
+                 lambda: engine.set_queue_extras("q", {}),
+                 lambda: engine.send_deduplicated("q", [b"a"], [b"k"])):
+        with pytest.raises(Unavailable):
+            call()
+
+
+def test_check_queue_access_needs_any_permission(engine: Engine) -> None:
+    engine.create_queue("q")
+    assert engine.check_queue_access("Q") == "q"
+    engine.grant("q", "sender", ["send"])
+    assert engine.check_queue_access("q", caller="sender") == "q"
+    with pytest.raises(AccessDenied):
+        engine.check_queue_access("q", caller="stranger")
+    with pytest.raises(QueueNotFound):
+        engine.check_queue_access("nope")
