@@ -40,6 +40,8 @@ __all__ = ["DEDUP_WINDOW_MS", "MAX_DEDUP_KEY_BYTES", "MAX_EXTRAS_BYTES", "Extras
 DEDUP_WINDOW_MS = 5 * 60 * 1000
 MAX_DEDUP_KEY_BYTES = 512
 MAX_EXTRAS_BYTES = 64 * 1024
+#: Deduplicated sends between sweeps of the windows of deleted queues out of memory.
+DEDUP_SWEEP_EVERY = 1024
 
 _EXTRAS = b"X"
 _DEDUP = b"F"
@@ -76,11 +78,13 @@ class ExtrasOps(EngineCore):
     _extras: dict[int, dict[str, Any]]
     #: queue id -> deduplication key -> (expires ms, enqueue ms, message id), expiry order.
     _dedup: dict[int, OrderedDict[bytes, tuple[int, int, str]]]
+    _dedup_sends: int
 
     def _load(self) -> None:
         super()._load()  # type: ignore[misc]
         self._extras = {}
         self._dedup = {}
+        self._dedup_sends = 0
         store = self._store
         meta = store.meta
         now = self._clock.now()
@@ -201,8 +205,10 @@ class ExtrasOps(EngineCore):
 
     def _dedup_window(self, queue_id: int, now: int) -> OrderedDict[bytes, tuple[int, int, str]]:
         """The queue's accepted keys, the expired ones dropped first."""
-        for gone in [qid for qid in self._dedup if qid not in self._queues]:
-            del self._dedup[gone]  # its rows go when the engine next opens
+        self._dedup_sends += 1
+        if self._dedup_sends % DEDUP_SWEEP_EVERY == 0:
+            for gone in [qid for qid in self._dedup if qid not in self._queues]:
+                del self._dedup[gone]  # a deleted queue's: its rows go at the next open
         window = self._dedup.setdefault(queue_id, OrderedDict())
         store = self._store
         while window:
