@@ -1,18 +1,21 @@
 """The SQS gateway over the Query protocol, as older SDKs and tools send it: form-encoded
 ``Action=...`` with numbered members, XML answers, XML errors with the
-``AWS.SimpleQueueService.*`` codes; plain HTTP requests over loopback."""
+``AWS.SimpleQueueService.*`` codes; plain HTTP requests over loopback, and boto3 itself made
+to speak Query."""
 
 from __future__ import annotations
 
 import base64
 import http.client
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlencode
 
 import pytest
+from botocore.exceptions import ClientError
 
-from sqs_support import ACCOUNT, expected_md5_of_attributes, sqs_server
+from sqs_support import ACCOUNT, expected_md5_of_attributes, query_protocol_client, sqs_server
 from support import ThreadServer
 
 NS = {"sqs": "http://queue.amazonaws.com/doc/2012-11-05/"}
@@ -155,3 +158,33 @@ def test_a_request_to_the_queue_url_names_the_queue_and_get_works(server: Thread
     _, root = query(server, {"Action": "ListQueueTags"}, path=f"/{ACCOUNT}/by-path")
     tags = root.findall("sqs:ListQueueTagsResult/sqs:Tag", NS)
     assert [(text(t, "sqs:Key"), text(t, "sqs:Value")) for t in tags] == [("k", "v")]
+
+
+def test_boto3_speaking_query_end_to_end(server: ThreadServer, tmp_path: Path) -> None:
+    sqs = query_protocol_client(server.server.sqs_port, tmp_path / "models")
+    assert sqs.meta.service_model.protocol == "query"
+    url = sqs.create_queue(QueueName="boto-query", Attributes={"VisibilityTimeout": "40"},
+                           tags={"team": "core"})["QueueUrl"]
+    attributes = {"n": {"DataType": "Number", "StringValue": "1.5"},
+                  "b": {"DataType": "Binary", "BinaryValue": b"\x00\x01"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="hi <&>", MessageAttributes=attributes)
+    assert sent["MD5OfMessageAttributes"] == expected_md5_of_attributes(attributes)
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "MessageBody": "1"}, {"Id": "b", "MessageBody": ""}])
+    assert [e["Id"] for e in batch["Successful"]] == ["a"]
+    assert batch["Failed"][0]["Code"] == "InvalidParameterValue"
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"],
+                              MessageAttributeNames=["All"])["Messages"]
+    assert [m["Body"] for m in got] == ["hi <&>", "1"]
+    assert got[0]["MessageAttributes"] == attributes
+    assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(got)])
+    assert [e["Id"] for e in deleted["Successful"]] == ["0", "1"]
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])[
+        "Attributes"] == {"VisibilityTimeout": "40"}
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "core"}
+    assert url in sqs.list_queues(QueueNamePrefix="boto-")["QueueUrls"]
+    with pytest.raises(ClientError) as caught:
+        sqs.get_queue_url(QueueName="missing")
+    assert caught.value.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
