@@ -188,3 +188,17 @@ def test_boto3_speaking_query_end_to_end(server: ThreadServer, tmp_path: Path) -
     with pytest.raises(ClientError) as caught:
         sqs.get_queue_url(QueueName="missing")
     assert caught.value.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_boto3_speaking_query_dead_letter_actions(server: ThreadServer, tmp_path: Path) -> None:
+    import json
+    sqs = query_protocol_client(server.server.sqs_port, tmp_path / "models")
+    dlq = sqs.create_queue(QueueName="q-dlq")["QueueUrl"]
+    arn = f"arn:aws:sqs:us-east-1:{ACCOUNT}:q-dlq"
+    source = sqs.create_queue(QueueName="q-src", Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": arn, "maxReceiveCount": 1})})["QueueUrl"]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [source]
+    handle = sqs.start_message_move_task(SourceArn=arn)["TaskHandle"]
+    assert handle
+    tasks = sqs.list_message_move_tasks(SourceArn=arn)["Results"]
+    assert tasks[0]["Status"] == "COMPLETED" and tasks[0]["SourceArn"] == arn
