@@ -107,7 +107,11 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
         except QueueNotFound:
             current = None
         if current is not None:  # SQS: the same name with no different attribute: its URL
-            engine.check_queue_access(ref.lamina_name, caller=caller)
+            existing = engine.check_queue_access(ref.lamina_name, caller=caller)
+            if existing != ref.lamina_name:
+                raise SqsError("QueueNameExists", f"The queue {sqs_name_of(existing)!r} "
+                               "exists: queue names that differ only in letter case are one "
+                               "queue here.")
             old = engine.queue_extras(ref.lamina_name)
             if any(current.get(k) != v for k, v in given.items()) or any(
                     old.get(k) != v for k, v in new_extras.items()):

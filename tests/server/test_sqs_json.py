@@ -362,3 +362,9 @@ def test_with_fsync_an_sqs_send_is_answered_after_its_sync(tmp_path: Path) -> No
         before = running.server.syncs
         sqs.send_message(QueueUrl=url, MessageBody="durable")
         assert running.server.syncs > before
+
+
+def test_names_differing_only_in_case_are_one_queue(sqs: Any) -> None:
+    sqs.create_queue(QueueName="casing")
+    with pytest.raises(sqs.exceptions.QueueNameExists, match="letter case"):
+        sqs.create_queue(QueueName="Casing")
