@@ -30,7 +30,7 @@ import cbor2
 
 from .core import EngineCore
 from .errors import AccessDenied, InvalidArgument, LaminaError, Unavailable
-from .results import Sent
+from .results import QueueInfo, Sent
 from .store import Store
 from .validation import check_batch
 
@@ -122,6 +122,14 @@ class ExtrasOps(EngineCore):
             raise AccessDenied(f"queue: key {caller!r} holds no permission on {q.name!r}",
                                field="queue")
         return q.name
+
+    def queue_summary(self, queue: str, *, caller: str | None = None) -> QueueInfo:
+        """``get_queue`` without the stats (no walk of the backlog)."""
+        if self._closed:
+            raise Unavailable("the engine is closed")
+        self._check(caller, "peek", queue)  # type: ignore[attr-defined]
+        q = self._queue(queue)
+        return QueueInfo(q.name, dict(q.attributes), q.created)
 
     # -- extras ---------------------------------------------------------------------------------
 

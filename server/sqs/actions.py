@@ -190,9 +190,12 @@ async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
     if not names:
         return {}
 
+    counts = "All" in names or any(name.startswith("Approximate") for name in names)
+
     def run(engine: Any, caller: str | None) -> tuple[Any, dict[str, Any]]:
-        return (engine.get_queue(ref.lamina_name, caller=caller),
-                engine.queue_extras(ref.lamina_name, caller=caller))
+        info = (engine.get_queue if counts else engine.queue_summary)(ref.lamina_name,
+                                                                      caller=caller)
+        return info, engine.queue_extras(ref.lamina_name, caller=caller)
 
     info, extras = await ctx.bridge.job(run)
     answer = answer_attributes(names, info.attributes, extras, info.created, info.stats,

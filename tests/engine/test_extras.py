@@ -126,3 +126,13 @@ def test_check_queue_access_needs_any_permission(engine: Engine) -> None:
         engine.check_queue_access("q", caller="stranger")
     with pytest.raises(QueueNotFound):
         engine.check_queue_access("nope")
+
+
+def test_queue_summary_is_get_queue_without_stats(engine: Engine) -> None:
+    engine.create_queue("q", {"delay": 3})
+    summary = engine.queue_summary("q")
+    full = engine.get_queue("q")
+    assert (summary.queue, summary.attributes, summary.created, summary.stats) == \
+        (full.queue, full.attributes, full.created, None)
+    with pytest.raises(AccessDenied):
+        engine.queue_summary("q", caller="stranger")
