@@ -114,7 +114,8 @@ class SqsGateway:
         idle_s = self.server.config.idle_timeout_s
         while not bridge.reading_done:
             try:
-                request, body = await self._read_request(stream, connection, bridge, idle_s)
+                request, headers, body = await self._read_request(stream, connection, bridge,
+                                                                  idle_s)
             except _RequestTooLarge as exc:
                 if connection.our_state is h11.SEND_RESPONSE:
                     await self._send(stream, connection, _too_large(exc.what), close=True)
@@ -128,7 +129,7 @@ class SqsGateway:
                 return
             if request is None:
                 return
-            response = await self.respond(bridge, request, body)
+            response = await self.respond(bridge, request, headers, body)
             close = bridge.reading_done
             await self._send(stream, connection, response, close=close)
             if close or connection.our_state is h11.MUST_CLOSE:
@@ -136,8 +137,12 @@ class SqsGateway:
             connection.start_next_cycle()
 
     async def _read_request(self, stream: trio.abc.Stream, connection: h11.Connection,
-                            bridge: Bridge, idle_s: float) -> tuple[Any, bytes]:
+                            bridge: Bridge, idle_s: float
+                            ) -> tuple[Any, dict[str, str], bytes]:
+        """-> (request, its headers by lower-case name, body); (None, {}, b"") when the
+        connection is to close."""
         request = None
+        headers: dict[str, str] = {}
         chunks: list[bytes] = []
         size = 0
         deadline = math.inf  # set by the request's first bytes
@@ -157,7 +162,7 @@ class SqsGateway:
                     finally:
                         bridge.idle_scope = None
                 if timer.cancelled_caught:
-                    return None, b""  # idle, shutting down, or too slow to send a request
+                    return None, {}, b""  # idle, shutting down, or too slow to send a request
                 if deadline == math.inf:
                     deadline = trio.current_time() + REQUEST_READ_S
                 self.server.busy_poll.kick()  # the next request is often close behind
@@ -165,11 +170,11 @@ class SqsGateway:
                 continue
             if isinstance(event, h11.Request):
                 request = event
-                if sum(len(n) + len(v) + 4 for n, v in event.headers) + len(event.target) \
-                        > MAX_HEADER_BYTES:
+                headers, size_bytes = _header_map(event.headers.raw_items())
+                if size_bytes + len(event.target) > MAX_HEADER_BYTES:
                     raise _RequestTooLarge("headers")
-                length = dict(event.headers).get(b"content-length")
-                if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+                length = headers.get("content-length", "")
+                if length.isdigit() and int(length) > MAX_BODY_BYTES:
                     raise _RequestTooLarge("body")
             elif isinstance(event, h11.Data):
                 size += len(event.data)
@@ -177,9 +182,9 @@ class SqsGateway:
                     raise _RequestTooLarge("body")
                 chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
-                return request, b"".join(chunks)
+                return request, headers, b"".join(chunks)
             elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-                return None, b""
+                return None, {}, b""
 
     async def _send(self, stream: trio.abc.Stream, connection: h11.Connection,
                     response: Response, close: bool) -> None:
@@ -194,13 +199,10 @@ class SqsGateway:
 
     # -- one request ---------------------------------------------------------------------------
 
-    async def respond(self, bridge: Bridge, request: h11.Request, body: bytes) -> Response:
+    async def respond(self, bridge: Bridge, request: h11.Request, headers: dict[str, str],
+                      body: bytes) -> Response:
+        """Run one request; -> its answer in its protocol's shape."""
         request_id = f"{self._request_id_prefix}{next(self._request_numbers):012x}"
-        headers: dict[str, str] = {}
-        for name, value in request.headers:
-            key = name.decode("latin-1")
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]},{text}" if key in headers else text
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("latin-1")
         is_json = "x-amz-target" in headers
@@ -245,6 +247,19 @@ class SqsGateway:
     def _secret_of(self, key_id: str) -> str | None:
         key = self.server.keys.get(key_id)
         return key.secret if key is not None else None
+
+
+def _header_map(items: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
+    """Raw header pairs -> (values by lower-case name, repeated ones joined with commas as
+    SigV4 canonicalizes them; their size in bytes)."""
+    headers: dict[str, str] = {}
+    size_bytes = 0
+    for raw_name, raw_value in items:
+        size_bytes += len(raw_name) + len(raw_value) + 4
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]},{value}" if name in headers else value
+    return headers, size_bytes
 
 
 class _RequestTooLarge(Exception):
