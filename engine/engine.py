@@ -23,12 +23,13 @@ from .admin import AdminOps
 from .clock import Clock
 from .core import SEGMENT_MAX_AGE_MS, SEGMENT_MAX_BYTES, SEGMENT_MAX_MESSAGES
 from .deadletter import DeadLetterOps
+from .extras import ExtrasOps
 from .inspection import InspectionOps
 from .messaging import MessagingOps
 from .rewind import RewindOps
 
 
-class Engine(AdminOps, MessagingOps, DeadLetterOps, InspectionOps, RewindOps):
+class Engine(AdminOps, MessagingOps, DeadLetterOps, InspectionOps, RewindOps, ExtrasOps):
     # AdminOps brings GrantOps and TagOps; every mixin shares EngineCore (core.py).
     """A Lamina data directory, open for reading and writing by one process."""
 

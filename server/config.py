@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,9 @@ DEFAULT_MAX_CONNECTIONS = 10_000
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 #: PROTOCOL §3: ``auth`` must succeed within 10 s of connecting.
 DEFAULT_AUTH_TIMEOUT_S = 10.0
+#: The SQS gateway's account id and region: they appear in queue URLs and ARNs.
+DEFAULT_SQS_ACCOUNT = "000000000000"
+DEFAULT_SQS_REGION = "us-east-1"
 
 
 class ConfigError(ValueError):
@@ -77,6 +81,10 @@ class ServerConfig:
     metrics_interval_s: float = 10.0
     #: How long a graceful shutdown waits for clients to take their last responses.
     shutdown_grace_s: float = 10.0
+    #: The SQS-compatible HTTP endpoint (server/sqs): off when None.
+    sqs_port: int | None = None
+    sqs_account: str = DEFAULT_SQS_ACCOUNT
+    sqs_region: str = DEFAULT_SQS_REGION
 
     @property
     def tls(self) -> bool:
@@ -88,6 +96,13 @@ class ServerConfig:
             raise ConfigError(f"--port {self.port} is not a TCP port")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port {self.metrics_port} is not a TCP port")
+        if self.sqs_port is not None and not 0 <= self.sqs_port <= 65535:
+            raise ConfigError(f"--sqs-port {self.sqs_port} is not a TCP port")
+        if not re.fullmatch(r"\d{12}", self.sqs_account):
+            raise ConfigError(f"--sqs-account {self.sqs_account!r} is not 12 digits")
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d{1,2}", self.sqs_region):
+            raise ConfigError(f"--sqs-region {self.sqs_region!r} is not a region name "
+                              "such as us-east-1")
         if not MIN_MAX_FRAME_BYTES <= self.max_frame <= MAX_FRAME_LENGTH:
             raise ConfigError(f"--max-frame must be {MIN_MAX_FRAME_BYTES}..{MAX_FRAME_LENGTH} "
                               "bytes (PROTOCOL.md §1)")
@@ -137,6 +152,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="while requests keep coming within this window, poll for the next one this long "
              "before sleeping: lower round-trip latency for some CPU; sparse traffic is not "
              "polled for (0: off; default %(default)s)")
+    add("--sqs-port", type=int, metavar="PORT",
+        help="also serve the Amazon SQS API (AWS JSON and Query protocols) over HTTP on this "
+             "port, on --host, with TLS when --tls-cert is given (default: off)")
+    add("--sqs-account", default=DEFAULT_SQS_ACCOUNT, metavar="ID",
+        help="account id in SQS queue URLs and ARNs (default %(default)s)")
+    add("--sqs-region", default=DEFAULT_SQS_REGION, metavar="REGION",
+        help="region in SQS ARNs and request signatures (default %(default)s)")
     add("--auth-timeout", type=float, default=DEFAULT_AUTH_TIMEOUT_S, metavar="SECONDS",
         help=argparse.SUPPRESS)
     return parser
@@ -151,4 +173,5 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_port=args.metrics_port,
         insecure=args.insecure, idle_timeout_s=args.idle_timeout,
         auth_timeout_s=args.auth_timeout, busy_poll_us=args.busy_poll_us,
+        sqs_port=args.sqs_port, sqs_account=args.sqs_account, sqs_region=args.sqs_region,
     ).check()

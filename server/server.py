@@ -15,6 +15,8 @@ Tasks, all owned by :meth:`Server.serve`'s nursery::
     busy poll ──> keeps trio polling the sockets for --busy-poll-us once idle, while requests
                   keep coming (busypoll.py: waking a sleeping CPU costs more than a small
                   request)
+    SQS gateway (--sqs-port, sqs/http.py) ──> HTTP connections, each with a Bridge that hands
+                  its requests to the applier as a connection does (sqs/bridge.py)
 
 Rules (each one lives in this file):
 
@@ -187,6 +189,8 @@ class Server:
         self.connections: set[Connection] = set()
         self.port: int | None = None
         self.metrics_port: int | None = None
+        self.sqs: Any = None  # the SQS gateway (sqs/http.py) when --sqs-port is given
+        self.sqs_port: int | None = None
         self.stopping = False
         #: WAL syncs done (``--fsync``): one per group commit that wrote something.
         self.syncs = 0
@@ -240,6 +244,11 @@ class Server:
                 pool = await nursery.start(self._connection_pool)
                 async with trio.open_nursery() as services:
                     services.start_soon(self._accept, listeners, pool)
+                    if config.sqs_port is not None:
+                        from .sqs import SqsGateway  # loaded only when served
+                        self.sqs = SqsGateway(self, config.sqs_port, config.sqs_account,
+                                              config.sqs_region)
+                        self.sqs_port = await services.start(self.sqs.serve, pool)
                     services.start_soon(self._timer, self._inbox_send.clone())
                     services.start_soon(self._expire_waits)
                     services.start_soon(self.busy_poll.run)
@@ -249,7 +258,8 @@ class Server:
                         "event": "start", "host": config.host, "port": self.port,
                         "data": str(self.engine.path), "fsync": self.engine.fsync,
                         "auth": self.auth_required, "tls": config.tls,
-                        "metrics_port": self.metrics_port, "version": self.version})
+                        "metrics_port": self.metrics_port, "sqs_port": self.sqs_port,
+                        "version": self.version})
                     task_status.started(self)
                     await self._stop.wait()
                     self.stopping = True
@@ -438,6 +448,16 @@ class Server:
         if job.error is not None:
             raise job.error
         return job.result
+
+    def inbox_clone(self) -> trio.MemorySendChannel[Any]:
+        """A sender into the applier's inbox, for another front end (the SQS gateway)."""
+        assert self._inbox_send is not None
+        return self._inbox_send.clone()
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context (None without TLS)."""
+        return self._ssl_context
 
     def try_enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> bool:
         """Queue ``item`` for the applier unless the inbox is full (-> False)."""
