@@ -26,7 +26,14 @@ import cbor2
 
 from . import keys
 from .clock import Clock, EngineClock, wall_clock_ms
-from .errors import InternalError, LaminaError, QueueNotFound, TagNotFound, Unavailable
+from .errors import (
+    InternalError,
+    InvalidArgument,
+    LaminaError,
+    QueueNotFound,
+    TagNotFound,
+    Unavailable,
+)
 from .receipts import ReceiptCodec, load_or_create_key
 from .records import PREFIX, PREFIX_SIZE
 from .state import (
@@ -303,12 +310,14 @@ class EngineCore:
     # -- lookups ----------------------------------------------------------------------------
 
     def _queue(self, name: object, field: str = "queue") -> QueueState:
+        """The queue named ``name``: a lookup judges no name (only create and copy do), so
+        text that could never name a queue is ``QueueNotFound`` too."""
         if not isinstance(name, str):
-            check_name(name, field)
-        queue_id = self._queue_names.get(name.lower())  # type: ignore[union-attr]
+            raise InvalidArgument(field, "must be a queue name (text)")
+        queue_id = self._queue_names.get(name.lower())
         if queue_id is None:
-            check_name(name, field)
-            raise QueueNotFound(f"{field}: no queue named {name!r}", field=field)
+            shown = name if len(name) <= 64 else name[:61] + "..."
+            raise QueueNotFound(f"{field}: no queue named {shown!r}", field=field)
         return self._queues[queue_id]
 
     @staticmethod

@@ -77,6 +77,8 @@ class InspectionOps(CounterOps):
                    field: str) -> tuple[int, int, bytes | None]:
         """-> (seq, lane, log value or None when below gone_seq) of an id of this queue in the
         tag's scope (any id below gone_seq), else ``MessageNotFound``."""
+        if not isinstance(message_id, str):
+            raise InvalidArgument(field, "must be a message id (text)")
         parsed = parse_message_id(message_id)
         if parsed is None or parsed[0] != q.id or parsed[1] >= q.next_seq:
             raise MessageNotFound(f"{field}: no message {message_id!r} in queue {q.name!r}",
