@@ -36,6 +36,7 @@ from .errors import (
 )
 from .receipts import ReceiptCodec, load_or_create_key
 from .records import PREFIX, PREFIX_SIZE
+from .recovery import StoreRecovery
 from .state import (
     DEAD_MARK,
     DEFAULT_LANE,
@@ -67,7 +68,7 @@ class _WriteFailed(Exception):
     """A batch could not be written; nothing of it took effect."""
 
 
-class EngineCore:
+class EngineCore(StoreRecovery):
     """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
 
@@ -114,6 +115,7 @@ class EngineCore:
         self._unsynced = False
         self._closed = False
         self._persisted_clock = -1
+        self._init_recovery()
         self._load()
 
     # -- loading ----------------------------------------------------------------------------
@@ -222,6 +224,8 @@ class EngineCore:
         a group: the group's owner syncs once for all of them)."""
         if self._closed:
             raise Unavailable("the engine is closed")
+        if self._broken is not None:  # a write failed: reopen the store first (recovery.py)
+            self._ensure_store()
         now = self._now = self._clock.now()
         try:
             if self._expiry_heap and self._expiry_heap[0][0] <= now:
@@ -267,8 +271,9 @@ class EngineCore:
             self._group_depth -= 1
 
     def _write_pending(self) -> None:
-        """Write the pending batch with the engine clock. On failure memory is rebuilt from
-        the store (which never saw the batch) and ``_WriteFailed`` is raised."""
+        """Write the pending batch with the engine clock. On failure what the batch would have
+        changed is rebuilt from the store, which never saw it (recovery.py), and
+        ``_WriteFailed`` is raised."""
         store = self._store
         if self._dirty_counters:
             self._write_counters()
@@ -280,15 +285,15 @@ class EngineCore:
         try:
             store.flush()
         except Exception as exc:
-            log.exception("write failed; rebuilding state from the store")
-            store.discard()
-            self._recover()
+            self._write_failed(exc)
             raise _WriteFailed(str(exc)) from exc
         self._persisted_clock = now
         self._unsynced = True
 
     def sync_wal(self) -> None:
         """Make everything written so far survive power loss (blocking; releases the GIL)."""
+        if not self._store_open:
+            raise Unavailable(f"storage unavailable: {self._broken}")
         self._unsynced = False
         self._store.sync_wal()
 
@@ -298,14 +303,20 @@ class EngineCore:
         self._load()
 
     def close(self) -> None:
-        """Write what is pending and close the store. Idempotent."""
+        """Write what is pending and close the store. Idempotent; a store whose writes
+        fail is closed all the same (what was acknowledged is in its WAL already)."""
         if self._closed:
             return
-        self._write_pending()
-        if self.fsync and self._unsynced:
-            self.sync_wal()
         self._closed = True
-        self._store.close()
+        if self._store_open:
+            try:
+                self._write_pending()
+                if self.fsync and self._unsynced:
+                    self.sync_wal()
+            except Exception as exc:  # the write or the sync failed: nothing to answer
+                log.error("closing: the last write failed: %s", exc,
+                          extra={"event": "close_write_failed"})
+        self._close_store()
 
     # -- lookups ----------------------------------------------------------------------------
 
