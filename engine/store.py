@@ -25,6 +25,13 @@ from rocksdict import (
     WriteOptions,
 )
 
+#: Table files RocksDB keeps open at most (its table cache); without a bound it keeps every
+#: one open, and a server could not know its file descriptor budget (server/files.py).
+MAX_OPEN_FILES = 512
+#: Files RocksDB opens besides its table cache: WAL, manifest, info log, blob files, the
+#: outputs of running flushes and compactions.
+OTHER_OPEN_FILES = 64
+
 COLUMN_FAMILIES = (
     "meta", "log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
     "timers",
@@ -53,6 +60,7 @@ def _db_options() -> Options:
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_max_total_wal_size(256 << 20)  # rarely written families must not pin old WALs
+    options.set_max_open_files(MAX_OPEN_FILES)
     options.increase_parallelism(2)
     return options
 
