@@ -70,8 +70,9 @@ def test_other_operations_run_between_chunks(engine: Engine) -> None:
     def between(chunk: int) -> None:
         if chunk == 1:  # a copy further on is deleted, a new dead letter arrives
             engine.delete_by_id("dlq", [copies[-1]])
-            engine.send("src", [b"late"])
-            engine.dead("src", [d.receipt for d in engine.receive("src")])
+            engine.create_queue("late", {"redrive": {"dlq": "dlq", "max_receives": 1}})
+            engine.send("late", [b"late"])
+            engine.dead("late", [d.receipt for d in engine.receive("late")])
         engine.send("other-work", [b"x"]) if engine.list_queues(prefix="other").queues \
             else engine.create_queue("other-work")
 
