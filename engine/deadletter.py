@@ -132,13 +132,14 @@ class DeadLetterOps(CounterOps):
 
     def redrive_steps(self, queue: str, source: str | None = None, since: int | None = None,
                       until: int | None = None, max: int = 1000, dry_run: bool = False, *,
-                      caller: str | None = None, chunk: int = REDRIVE_CHUNK
+                      caller: str | None = None, chunk: int | None = None
                       ) -> Generator[None, None, Redriven]:
         """``redrive`` as long work in chunks (DESIGN.md §3): each chunk is one operation that
-        looks at up to ``chunk`` records of the DLQ; the generator yields between chunks
+        looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator yields between chunks
         (other operations may run then) and returns the result. Each message moves
         atomically; the copies considered are those the DLQ held when the redrive began
         (a later dead letter waits for the next redrive), in lane then seq order."""
+        chunk = chunk or REDRIVE_CHUNK
         moved = skipped = 0
         lane_index = next_seq = 0
         first = True
