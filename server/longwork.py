@@ -7,9 +7,10 @@ Rules:
 1. Requests of one connection take effect in the order received (PROTOCOL.md §2): while a
    connection has long work running, its later requests (the rest of the same read too) wait
    in its backlog, and are applied right after the long work's answer, in order.
-2. Each group runs the next chunk of one long work (round robin when several run); its
-   answer, once there, goes out with that group's answers (so, with ``--fsync``, after the
-   WAL sync that covers every chunk).
+2. A chunk is a group of its own, run once the answers of the group before it are on their
+   way: the next chunk of one long work (round robin when several run). Its answer, once
+   there, goes out with that group's (so, with ``--fsync``, after the WAL sync that covers
+   every chunk).
 3. At shutdown, long work already started runs to its end and is answered like every request
    already read.
 """

@@ -504,7 +504,11 @@ class Server:
                     items.append(item)
                     more, size = _weight(item)
                     count, nbytes = count + more, nbytes + size
-                self._commit_group(items, count)
+                if items:
+                    self._commit_group(items, count)
+                if self.long_work:  # its next chunk, a group of its own (longwork.py rule 2)
+                    await trio.lowlevel.checkpoint()  # the answers above go out first
+                    self._commit_group((), 0)
                 if self.engine.fsync or self.long_work:
                     # Let the syncer run between groups, and readers between chunks.
                     await trio.lowlevel.checkpoint()
@@ -582,7 +586,7 @@ class Server:
                             item.result = item.fn(engine)
                         except Exception as exc:
                             item.error = exc
-                if self.long_work:
+                if not items and self.long_work:
                     self.long_work.step(
                         engine, lambda *reply: replies.append(_Reply(*reply)),
                         lambda work: self._apply_work(work, replies))
