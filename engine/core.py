@@ -84,6 +84,7 @@ class EngineCore(StoreRecovery):
         def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
                                at: int) -> None: ...
         def _apply_expiries(self, q: QueueState, now: int) -> None: ...
+        def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None: ...
         @staticmethod
         def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
         @staticmethod
@@ -150,6 +151,9 @@ class EngineCore(StoreRecovery):
         # (due_ms, queue, tag, seq): leases of topic heads that rewound (or redriven) messages
         # of their topic wait behind; when one runs out, those go first (topics.py).
         self._lapse_heap: list[tuple[int, int, int, int]] = []
+        # DLQ id -> ids of queues that may hold dead letters with a copy there (no entry is
+        # ever wrong to have: stale ones are dropped when met).
+        self._dead_sources: dict[int, set[int]] = {}
         for key, value in Store.items(meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
             self._load_queue(keys.queue_def_id(key), cbor2.loads(value))
 
@@ -191,6 +195,7 @@ class EngineCore(StoreRecovery):
             t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
             if lease.state == ENDED_DEAD:
                 t.dead_heap.append(seq)
+                self._dead_sources.setdefault(lease.due, set()).add(q.id)
             if lease.state == LEASED:
                 t.lease_heap.append(seq)
                 self._register_wake(q, t, lease.due)
@@ -488,7 +493,14 @@ class EngineCore(StoreRecovery):
         return self._topic_or_plain_in_scope(q, t, seq)
 
     def _settle(self, q: QueueState, now: int) -> None:
-        """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``."""
+        """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``; for a DLQ,
+        also its sources' (a dead letter whose copy ended counts as Ended at once)."""
+        self._settle_queue(q, now)
+        sources = self._dead_sources.get(q.id)
+        if sources:
+            self._settle_sources(q, sources, now)
+
+    def _settle_queue(self, q: QueueState, now: int) -> None:
         floor = self._delayed_floor(q) if q.delayseq_from < q.next_seq else q.next_seq
         for t in q.tags.values():
             tag_floor = self._tag_floor(q, t)

@@ -31,6 +31,8 @@ from .validation import check_batch, check_bool, check_int, check_name, check_ti
 
 #: Records of a DLQ a redrive looks at per chunk (one operation; the server lets other
 #: requests run between chunks).
+#: ``Lease.due`` of an ENDED_DEAD row whose copy ended for good (no queue has id 0).
+SEALED = 0
 REDRIVE_CHUNK = 512  # tens of ms; smaller chunks cost more per message (per-operation work)
 
 
@@ -62,6 +64,7 @@ class DeadLetterOps(CounterOps):
         sent = self._append(dlq, [copy], self._now)[0]
         dlq_seq = parse_message_id(sent.id)[1]  # type: ignore[union-attr, index]
         old_due = lease.due
+        self._dead_sources.setdefault(dlq.id, set()).add(q.id)
         self._lease_saved(q, t, seq, Lease(ENDED_DEAD, lease.lane, dlq.id, lease.count,
                                            lease.first, dlq_seq), old_due)
         if seq in t.heads:  # its successor is Active again from the moment it died
@@ -225,6 +228,31 @@ class DeadLetterOps(CounterOps):
             self._settle(src, now)
         return True
 
+    def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None:
+        """Once a dead letter's DLQ copy ends (deleted or expired in the DLQ), the original
+        counts as Ended: its queue's ``gone_seq`` may pass it in the same operation."""
+        for source_id in list(sources):
+            src = self._queues.get(source_id)
+            if src is None or not any(t.dead_heap for t in src.tags.values()):
+                sources.discard(source_id)
+            elif src is not dlq:
+                self._settle_queue(src, now)  # not _settle: no chains of queues
+
+    def _seal_dead_letters(self, dlq: QueueState) -> None:
+        """Before a rewind of ``dlq``: dead letters whose copy has ended stay Ended although
+        the rewind makes the copy deliverable again (it is then an ordinary DLQ message; a
+        redrive of it skips it as gone). Their ENDED_DEAD rows stop naming the copy."""
+        store = self._store
+        for source_id in list(self._dead_sources.get(dlq.id, ())):
+            src = self._queues.get(source_id)
+            for t in src.tags.values() if src is not None else ():
+                for seq, lease in t.leases.items():
+                    if lease.state == ENDED_DEAD and lease.due == dlq.id and \
+                            not self._copy_alive(lease):
+                        lease.due = SEALED
+                        store.put(store.leases_h, keys.lease_key(src.id, t.id, seq),
+                                  lease.encode())
+
     def _held_by_dlq(self, dlq: QueueState, default: TagState, seq: int, value: bytes,
                      now: int) -> bool:
         """Ended for the DLQ's default tag, or Inflight for any DLQ tag."""
@@ -248,8 +276,9 @@ class DeadLetterOps(CounterOps):
         if t is None or seq < src.gone_seq:
             return None
         lease = t.leases.get(seq)
-        if lease is not None and lease.state == LEASED and lease.due > now:
-            return None
+        if lease is not None and (lease.state == LEASED and lease.due > now or
+                                  lease.state == ENDED_DEAD and lease.due == SEALED):
+            return None  # Inflight, or Ended for good: its copy ended before a rewind
         return src, t, seq
 
     def _end_for(self, q: QueueState, t: TagState, seq: int, lane: int) -> None:

@@ -47,6 +47,8 @@ class RewindOps(TopicOps):
                 raise RewindOutOfRange(f"time: must lie within [{now - window_ms}, {now}]",
                                        field="time")
             self._advance(q, now)
+            if self._dead_sources.get(q.id):  # a DLQ: its ended copies' originals stay Ended
+                self._seal_dead_letters(q)
             for t in targets:
                 self._rewind_tag(q, t, max(time_ms, t.start_ms), now)
             self._notify(q)
