@@ -27,14 +27,18 @@ from lamina.server.client import Client
 
 
 def prepare(data: Path, messages: int) -> None:
-    """A DLQ holding ``messages`` dead letters of queue ``src``."""
+    """A DLQ holding ``messages`` dead letters of queue ``src``, dead-lettered over a second
+    before the redrive (their leases would have ended by then: the rows RocksDB deleted for
+    them lie in the past, as for any dead letter redriven later than its visibility timeout)."""
     with Engine.open(data) as engine:
         engine.create_queue("dlq")
-        engine.create_queue("src", {"redrive": {"dlq": "dlq", "max_receives": 1}})
+        engine.create_queue("src", {"redrive": {"dlq": "dlq", "max_receives": 1},
+                                    "visibility_timeout": 1})
         for start in range(0, messages, 1000):
             engine.send("src", [b"m%d" % n for n in range(start, min(start + 1000, messages))])
         while delivered := engine.receive("src", max=1000):
             engine.dead("src", [d.receipt for d in delivered])
+    time.sleep(1.5)
 
 
 def start_server(command: list[str], data: Path) -> tuple[subprocess.Popen[str], int]:
