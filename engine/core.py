@@ -42,6 +42,7 @@ from .state import (
     DEFAULT_LANE,
     ENDED_AHEAD,
     ENDED_DEAD,
+    ENDED_DELETED,
     LANE_RANGE,
     LEASED,
     NO_DELAYED,
@@ -190,6 +191,8 @@ class EngineCore(StoreRecovery):
         lower, upper = keys.tag_scope_bounds(q.id, tag_id)
         for key, value in Store.items(store.leases, lower, upper):
             lease = Lease.decode(value)
+            if lease.state == ENDED_DELETED:
+                continue  # on disk only, for peek
             seq = keys.lease_key_decode(key)[2]
             t.leases[seq] = lease
             t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
@@ -666,6 +669,9 @@ class EngineCore(StoreRecovery):
                     if 0 < topic_id < DEAD_MARK:
                         store.delete(store.topics_h,
                                      keys.topic_key(q.id, topic_id, keys.log_seq(key)))
+            for t in q.tags.values():  # rows below gone_seq: ENDED_DELETED ones (state.py)
+                store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, first),
+                                   keys.lease_key(q.id, t.id, end))
             store.delete(store.segments_h, keys.segment_key(q.id, first))
 
     # -- wake-ups ---------------------------------------------------------------------------------
@@ -693,9 +699,10 @@ class EngineCore(StoreRecovery):
             self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lease.lane, 0, lease.count,
                                                lease.first, 0), lease.due)
             self._cursor_off(q, t, seq, lease.lane)
-        else:
+        else:  # the row stays on disk only, for peek's dequeue count (state.py)
             del t.leases[seq]
-            store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
+            store.put(store.leases_h, keys.lease_key(q.id, t.id, seq),
+                      Lease(ENDED_DELETED, lease.lane, 0, lease.count, lease.first, 0).encode())
             store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)

@@ -41,7 +41,7 @@ import cbor2
 from lamina.engine import keys
 from lamina.engine.errors import LaminaError
 from lamina.engine.records import PREFIX_SIZE
-from lamina.engine.state import ENDED_AHEAD, ENDED_DEAD, LEASED, QueueState
+from lamina.engine.state import ENDED_AHEAD, ENDED_DEAD, ENDED_DELETED, LEASED, QueueState
 
 from .output import to_json
 from .snapshot import Snapshot, SnapshotError
@@ -67,7 +67,8 @@ Tables by default, --json for JSON lines (one object per row); dump always write
 lines, one per message in production order. Times are epoch ms or ISO-8601.
 """
 _PIPE_WIDTH = 200  # tables are not squeezed to 80 columns in pipes (as tools/output.py)
-_LEASE_STATES = {LEASED: "leased", ENDED_AHEAD: "ended_ahead", ENDED_DEAD: "dead"}
+_LEASE_STATES = {LEASED: "leased", ENDED_AHEAD: "ended_ahead", ENDED_DEAD: "dead",
+                 ENDED_DELETED: "deleted"}
 _DEAD_FIELDS = ("source_queue", "source_tag", "dead_time", "original_id",
                 "original_dequeue_count")
 
