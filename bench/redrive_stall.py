@@ -26,14 +26,15 @@ from lamina.engine import Engine
 from lamina.server.client import Client
 
 
-def prepare(data: Path, messages: int) -> None:
-    """A DLQ holding ``messages`` dead letters of queue ``src``, dead-lettered over a second
-    before the redrive (their leases would have ended by then: the rows RocksDB deleted for
-    them lie in the past, as for any dead letter redriven later than its visibility timeout)."""
+def prepare(data: Path, messages: int, visibility_s: int) -> None:
+    """A DLQ holding ``messages`` dead letters of queue ``src`` (received with a visibility
+    timeout of ``visibility_s``, then dead-lettered), a second and a half before the redrive.
+    With 1 s their leases would have ended by then: the rows RocksDB deleted for them lie in
+    the past, as for any dead letter redriven later than its visibility timeout."""
     with Engine.open(data) as engine:
         engine.create_queue("dlq")
         engine.create_queue("src", {"redrive": {"dlq": "dlq", "max_receives": 1},
-                                    "visibility_timeout": 1})
+                                    "visibility_timeout": visibility_s})
         for start in range(0, messages, 1000):
             engine.send("src", [b"m%d" % n for n in range(start, min(start + 1000, messages))])
         while delivered := engine.receive("src", max=1000):
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, metavar="N",
                         help="dead letters to redrive (default 100000)")
+    parser.add_argument("--visibility-timeout", type=int, default=1, metavar="SECONDS",
+                        help="of the receives that preceded the dead-lettering (default 1)")
     parser.add_argument("--runs", type=int, default=2, metavar="R",
                         help="runs of each server command (default 2)")
     parser.add_argument("--server-command", action="append", metavar="CMD",
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 [f"{sys.executable} -m lamina.tools.cli"]]
     with tempfile.TemporaryDirectory() as tmp:
         template = Path(tmp) / "template"
-        prepare(template, args.messages)
+        prepare(template, args.messages, args.visibility_timeout)
         for run in range(args.runs):
             for command in commands:
                 data = Path(tmp) / f"run{run}"

@@ -574,7 +574,11 @@ class Server:
             # its own WAL sync), so its context manager, a tenth of a small request's cost,
             # is skipped.
             with engine.group() if engine.fsync else _NO_GROUP:
-                self._run_due_deadlines()
+                # A chunk of long work is a group of its own (longwork.py rule 2): the groups
+                # of requests around it, or a TICK, apply the deadlines.
+                chunk = not items and bool(self.long_work)
+                if not chunk:
+                    self._run_due_deadlines()
                 if waiting.any_due:
                     self._serve_waiters(replies)
                 for item in items:
@@ -586,11 +590,12 @@ class Server:
                             item.result = item.fn(engine)
                         except Exception as exc:
                             item.error = exc
-                if not items and self.long_work:
+                if chunk:
                     self.long_work.step(
                         engine, lambda *reply: replies.append(_Reply(*reply)),
                         lambda work: self._apply_work(work, replies))
-                self._run_due_deadlines()
+                else:
+                    self._run_due_deadlines()
                 if waiting.any_due:
                     self._serve_waiters(replies)
         except LaminaError as exc:  # the group's write failed (rule 4)
