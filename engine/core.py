@@ -702,7 +702,7 @@ class EngineCore(StoreRecovery):
         else:  # the row stays on disk only, for peek's dequeue count (state.py)
             del t.leases[seq]
             store.put(store.leases_h, keys.lease_key(q.id, t.id, seq),
-                      Lease(ENDED_DELETED, lease.lane, 0, lease.count, lease.first, 0).encode())
+                      Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first, 0))
             store.delete(store.timers_h, keys.timer_key(q.id, t.id, lease.due, seq))
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
