@@ -21,12 +21,12 @@ import cbor2
 
 from . import keys
 from .counters import DEAD, CounterOps
-from .errors import LaminaError, NoDeadLetterQueue
+from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import Redriven
 from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
 from .store import Store
-from .validation import check_batch, check_bool, check_int, check_name, check_time_ms
+from .validation import check_batch, check_bool, check_int, check_time_ms
 
 
 #: Records of a DLQ a redrive looks at per chunk (one operation; the server lets other
@@ -151,8 +151,9 @@ class DeadLetterOps(CounterOps):
                 if first:
                     self._check(caller, "manage", queue)
                     dlq = self._queue(queue)
-                    if source is not None:
-                        check_name(source, "source")
+                    if source is not None and not isinstance(source, str):
+                        # a filter, not a lookup: text that names no queue matches nothing
+                        raise InvalidArgument("source", "must be a queue name (text)")
                     if since is not None:
                         check_time_ms(since, "since")
                     if until is not None:

@@ -111,3 +111,9 @@ def test_a_lookup_of_a_name_breaking_the_rule_is_queue_not_found(
 def test_copy_from_a_source_breaking_the_rule_is_queue_not_found(raw: RawClient) -> None:
     assert raw.code("copy_queue", {"queue": "new", "source": "9lives"}) == "QueueNotFound"
     assert raw.code("copy_queue", {"queue": "new", "source": 7}) == "InvalidArgument"
+
+
+def test_a_redrive_source_is_a_filter_that_judges_no_name(raw: RawClient) -> None:
+    raw.ok("create_queue", {"queue": "dlq"})
+    assert raw.ok("redrive", {"queue": "dlq", "source": "9lives"}) == {"moved": 0, "skipped": 0}
+    assert raw.code("redrive", {"queue": "dlq", "source": 7}) == "InvalidArgument"
