@@ -28,7 +28,7 @@ from typing import Any
 __all__ = ["add_bench_command", "run_bench"]
 
 _DESCRIPTION = """\
-Run the issue-4 workloads against a Lamina server and report throughput, latency percentiles
+Run the benchmark workloads against a Lamina server and report throughput, latency percentiles
 (HdrHistogram) and CPU per message; --plot writes throughput and latency over time.
 
   w1    produce: 4 processes, batches of 16, 200,000 messages       (target 100,000 msg/s)
@@ -77,7 +77,7 @@ def add_bench_command(commands: Any) -> None:
 
     from .peers import PEER_NAMES  # cheap: the names only
     parser = commands.add_parser(
-        "bench", help="run the load-generator workloads (issue 4) against a server",
+        "bench", help="run the load-generator workloads against a server",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workloads", nargs="+", choices=(*WORKLOAD_NAMES, "cost", "all"),
                         metavar="WORKLOAD",
@@ -86,9 +86,11 @@ def add_bench_command(commands: Any) -> None:
     where.add_argument("--server", type=parse_server, metavar="HOST:PORT",
                        help="use this running server (default: start one per run)")
     where.add_argument("--server-pid", type=int, metavar="PID",
-                       help="with --server: its pid, for CPU, memory and --profile")
+                       help="with --server: its pid, for CPU, memory and --profile (default "
+                            "none: no server figures)")
     where.add_argument("--fsync", action="store_true",
-                       help="start the server with --fsync (and use the --fsync targets)")
+                       help="start the server with --fsync and use the --fsync targets "
+                            "(default off)")
     where.add_argument("--busy-poll-us", type=_poll_window, metavar="US",
                        help="start the server with --busy-poll-us US (default: the server's "
                             "default, 100)")
@@ -97,23 +99,28 @@ def add_bench_command(commands: Any) -> None:
     where.add_argument("--against", choices=tuple(PEER_NAMES), metavar="PEER",
                        help="run w1-w4 on PEER too, alternating runs, and show both side by "
                             f"side ({', '.join(PEER_NAMES)}: a private server on a free "
-                            "loopback port, started and stopped by the bench)")
-    sizes = parser.add_argument_group("workload sizes (default: the issue's)")
-    sizes.add_argument("--processes", type=int, help="client processes (w1, w2; default 4)")
-    sizes.add_argument("--messages", type=int,
-                       help="messages (w1, w2: 200,000; w4: 20,000)")
-    sizes.add_argument("--batch", type=int,
+                            "loopback port, started and stopped by the bench; default none)")
+    sizes = parser.add_argument_group("workload sizes (default: the sizes listed above)")
+    sizes.add_argument("--processes", type=int, metavar="N",
+                       help="client processes (w1, w2; default 4)")
+    sizes.add_argument("--messages", type=int, metavar="N",
+                       help="messages (default w1, w2: 200,000; w4: 20,000)")
+    sizes.add_argument("--batch", type=int, metavar="N",
                        help="messages per send (w1) or receive (w2, w3); default 16")
-    sizes.add_argument("--body-bytes", type=int, default=256, help="body size (default 256)")
-    sizes.add_argument("--inflight", type=int, default=1,
+    sizes.add_argument("--body-bytes", type=int, default=256, metavar="BYTES",
+                       help="body size (default 256)")
+    sizes.add_argument("--inflight", type=int, default=1, metavar="N",
                        help="requests in flight per process (w1, w2; default 1)")
     sizes.add_argument("--sequential", action="store_true",
                        help="w2: each consumer receives, then deletes, in two round trips "
                             "(default: each delete goes with the next receive, one round "
                             "trip per batch: Client.delete_and_receive)")
-    sizes.add_argument("--rate", type=float, help="w3 messages per second (default 2000)")
-    sizes.add_argument("--duration", type=float, help="w3 seconds (default 10)")
-    sizes.add_argument("--connections", type=int, help="idle connections (default 1000)")
+    sizes.add_argument("--rate", type=float, metavar="PER_SECOND",
+                       help="w3 messages per second (default 2000)")
+    sizes.add_argument("--duration", type=float, metavar="SECONDS",
+                       help="w3 run time (default 10)")
+    sizes.add_argument("--connections", type=int, metavar="N",
+                       help="idle connections (default 1000)")
     sizes.add_argument("--client-poll-us", type=_poll_window, default=0, metavar="US",
                        help="w4: the client busy-polls this long for each answer before "
                             "sleeping (Client busy_poll_us; default 0: it sleeps on its "
@@ -121,18 +128,19 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
     output = parser.add_argument_group("runs and output")
-    output.add_argument("--repeat", type=int, default=1,
+    output.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run each workload N times; report the best (default 1; with "
                              "--against, N runs of each system, alternated)")
     output.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="write throughput and latency over time (several workloads: "
-                             "OUT-w1.png, ...)")
+                             "OUT-w1.png, ...; default none)")
     output.add_argument("--profile", type=Path, metavar="FILE",
                         help="py-spy the server during each measured phase (.svg flame graph, "
-                             ".json speedscope, else raw collapsed stacks)")
+                             ".json speedscope, else raw collapsed stacks; default none)")
     output.add_argument("--profile-gil", action="store_true",
-                        help="with --profile: only samples holding the GIL (py-spy --gil)")
-    output.add_argument("--json", action="store_true", help="print the results as JSON")
+                        help="with --profile: only samples holding the GIL (default off)")
+    output.add_argument("--json", action="store_true",
+                        help="print the results as JSON (default a table)")
     output.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                         help="give up on a workload after this long (default 600)")
     parser.set_defaults(run=run_bench)

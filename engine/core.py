@@ -26,14 +26,23 @@ import cbor2
 
 from . import keys
 from .clock import Clock, EngineClock, wall_clock_ms
-from .errors import InternalError, LaminaError, QueueNotFound, TagNotFound, Unavailable
+from .errors import (
+    InternalError,
+    InvalidArgument,
+    LaminaError,
+    QueueNotFound,
+    TagNotFound,
+    Unavailable,
+)
 from .receipts import ReceiptCodec, load_or_create_key
 from .records import PREFIX, PREFIX_SIZE
+from .recovery import StoreRecovery
 from .state import (
     DEAD_MARK,
     DEFAULT_LANE,
     ENDED_AHEAD,
     ENDED_DEAD,
+    ENDED_DELETED,
     LANE_RANGE,
     LEASED,
     NO_DELAYED,
@@ -62,7 +71,7 @@ class _WriteFailed(Exception):
     """A batch could not be written; nothing of it took effect."""
 
 
-class EngineCore:
+class EngineCore(StoreRecovery):
     """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
 
@@ -78,6 +87,7 @@ class EngineCore:
         def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
                                at: int) -> None: ...
         def _apply_expiries(self, q: QueueState, now: int) -> None: ...
+        def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None: ...
         @staticmethod
         def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
         @staticmethod
@@ -109,6 +119,7 @@ class EngineCore:
         self._unsynced = False
         self._closed = False
         self._persisted_clock = -1
+        self._init_recovery()
         self._load()
 
     # -- loading ----------------------------------------------------------------------------
@@ -147,6 +158,9 @@ class EngineCore:
         # (due_ms, queue, tag, seq): leases of topic heads that rewound (or redriven) messages
         # of their topic wait behind; when one runs out, those go first (topics.py).
         self._lapse_heap: list[tuple[int, int, int, int]] = []
+        # DLQ id -> ids of queues that may hold dead letters with a copy there (no entry is
+        # ever wrong to have: stale ones are dropped when met).
+        self._dead_sources: dict[int, set[int]] = {}
         for key, value in Store.items(meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
             self._load_queue(keys.queue_def_id(key), cbor2.loads(value))
 
@@ -183,11 +197,14 @@ class EngineCore:
         lower, upper = keys.tag_scope_bounds(q.id, tag_id)
         for key, value in Store.items(store.leases, lower, upper):
             lease = Lease.decode(value)
+            if lease.state == ENDED_DELETED:
+                continue  # on disk only, for peek
             seq = keys.lease_key_decode(key)[2]
             t.leases[seq] = lease
             t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
             if lease.state == ENDED_DEAD:
                 t.dead_heap.append(seq)
+                self._dead_sources.setdefault(lease.due, set()).add(q.id)
             if lease.state == LEASED:
                 t.lease_heap.append(seq)
                 t.due_index.add(lease.due, seq)
@@ -222,6 +239,8 @@ class EngineCore:
         a group: the group's owner syncs once for all of them)."""
         if self._closed:
             raise Unavailable("the engine is closed")
+        if self._broken is not None:  # a write failed: reopen the store first (recovery.py)
+            self._ensure_store()
         now = self._now = self._clock.now()
         try:
             if self._expiry_heap and self._expiry_heap[0][0] <= now:
@@ -267,8 +286,9 @@ class EngineCore:
             self._group_depth -= 1
 
     def _write_pending(self) -> None:
-        """Write the pending batch with the engine clock. On failure memory is rebuilt from
-        the store (which never saw the batch) and ``_WriteFailed`` is raised."""
+        """Write the pending batch with the engine clock. On failure what the batch would have
+        changed is rebuilt from the store, which never saw it (recovery.py), and
+        ``_WriteFailed`` is raised."""
         store = self._store
         if self._dirty_counters:
             self._write_counters()
@@ -280,15 +300,15 @@ class EngineCore:
         try:
             store.flush()
         except Exception as exc:
-            log.exception("write failed; rebuilding state from the store")
-            store.discard()
-            self._recover()
+            self._write_failed(exc)
             raise _WriteFailed(str(exc)) from exc
         self._persisted_clock = now
         self._unsynced = True
 
     def sync_wal(self) -> None:
         """Make everything written so far survive power loss (blocking; releases the GIL)."""
+        if not self._store_open:
+            raise Unavailable(f"storage unavailable: {self._broken}")
         self._unsynced = False
         self._store.sync_wal()
 
@@ -298,24 +318,32 @@ class EngineCore:
         self._load()
 
     def close(self) -> None:
-        """Write what is pending and close the store. Idempotent."""
+        """Write what is pending and close the store. Idempotent; a store whose writes
+        fail is closed all the same (what was acknowledged is in its WAL already)."""
         if self._closed:
             return
-        self._write_pending()
-        if self.fsync and self._unsynced:
-            self.sync_wal()
         self._closed = True
-        self._store.close()
+        if self._store_open:
+            try:
+                self._write_pending()
+                if self.fsync and self._unsynced:
+                    self.sync_wal()
+            except Exception as exc:  # the write or the sync failed: nothing to answer
+                log.error("closing: the last write failed: %s", exc,
+                          extra={"event": "close_write_failed"})
+        self._close_store()
 
     # -- lookups ----------------------------------------------------------------------------
 
     def _queue(self, name: object, field: str = "queue") -> QueueState:
+        """The queue named ``name``: a lookup judges no name (only create and copy do), so
+        text that could never name a queue is ``QueueNotFound`` too."""
         if not isinstance(name, str):
-            check_name(name, field)
-        queue_id = self._queue_names.get(name.lower())  # type: ignore[union-attr]
+            raise InvalidArgument(field, "must be a queue name (text)")
+        queue_id = self._queue_names.get(name.lower())
         if queue_id is None:
-            check_name(name, field)
-            raise QueueNotFound(f"{field}: no queue named {name!r}", field=field)
+            shown = name if len(name) <= 64 else name[:61] + "..."
+            raise QueueNotFound(f"{field}: no queue named {shown!r}", field=field)
         return self._queues[queue_id]
 
     @staticmethod
@@ -475,7 +503,14 @@ class EngineCore:
         return self._topic_or_plain_in_scope(q, t, seq)
 
     def _settle(self, q: QueueState, now: int) -> None:
-        """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``."""
+        """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``; for a DLQ,
+        also its sources' (a dead letter whose copy ended counts as Ended at once)."""
+        self._settle_queue(q, now)
+        sources = self._dead_sources.get(q.id)
+        if sources:
+            self._settle_sources(q, sources, now)
+
+    def _settle_queue(self, q: QueueState, now: int) -> None:
         floor = self._delayed_floor(q) if q.delayseq_from < q.next_seq else q.next_seq
         for t in q.tags.values():
             tag_floor = self._tag_floor(q, t)
@@ -641,6 +676,9 @@ class EngineCore:
                     if 0 < topic_id < DEAD_MARK:
                         store.delete(store.topics_h,
                                      keys.topic_key(q.id, topic_id, keys.log_seq(key)))
+            for t in q.tags.values():  # rows below gone_seq: ENDED_DELETED ones (state.py)
+                store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, first),
+                                   keys.lease_key(q.id, t.id, end))
             store.delete(store.segments_h, keys.segment_key(q.id, first))
 
     # -- wake-ups ---------------------------------------------------------------------------------
@@ -668,9 +706,10 @@ class EngineCore:
             self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lease.lane, 0, lease.count,
                                                lease.first, 0), lease.due)
             self._cursor_off(q, t, seq, lease.lane)
-        else:
+        else:  # the row stays on disk only, for peek's dequeue count (state.py)
             del t.leases[seq]
-            store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
+            store.put(store.leases_h, keys.lease_key(q.id, t.id, seq),
+                      Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first, 0))
             t.due_index.discard(lease.due, seq)
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)

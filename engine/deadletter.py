@@ -13,18 +13,27 @@ queue before anything else (``_apply_expiries``) and by the server's timer task.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from builtins import max as max_
+from itertools import islice
+from typing import Any, Generator, Sequence
 
 import cbor2
 
 from . import keys
 from .counters import DEAD, CounterOps
-from .errors import LaminaError, NoDeadLetterQueue
+from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import Redriven
 from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
 from .store import Store
-from .validation import check_batch, check_bool, check_int, check_name, check_time_ms
+from .validation import check_batch, check_bool, check_int, check_time_ms
+
+
+#: Records of a DLQ a redrive looks at per chunk (one operation; the server lets other
+#: requests run between chunks).
+#: ``Lease.due`` of an ENDED_DEAD row whose copy ended for good (no queue has id 0).
+SEALED = 0
+REDRIVE_CHUNK = 512  # tens of ms; smaller chunks cost more per message (per-operation work)
 
 
 class DeadLetterOps(CounterOps):
@@ -55,6 +64,7 @@ class DeadLetterOps(CounterOps):
         sent = self._append(dlq, [copy], self._now)[0]
         dlq_seq = parse_message_id(sent.id)[1]  # type: ignore[union-attr, index]
         old_due = lease.due
+        self._dead_sources.setdefault(dlq.id, set()).add(q.id)
         self._lease_saved(q, t, seq, Lease(ENDED_DEAD, lease.lane, dlq.id, lease.count,
                                            lease.first, dlq_seq), old_due)
         if seq in t.heads:  # its successor is Active again from the moment it died
@@ -111,67 +121,135 @@ class DeadLetterOps(CounterOps):
     def redrive(self, queue: str, source: str | None = None, since: int | None = None,
                 until: int | None = None, max: int = 1000, dry_run: bool = False, *,
                 caller: str | None = None) -> Redriven:
-        """Send dead letters of the DLQ ``queue`` back to the tag they died under."""
-        with self._operation() as now:
-            self._check(caller, "manage", queue)
-            dlq = self._queue(queue)
-            if source is not None:
-                check_name(source, "source")
-            if since is not None:
-                check_time_ms(since, "since")
-            if until is not None:
-                check_time_ms(until, "until")
-            limit = check_int(max, "max", 1, 100_000)
-            check_bool(dry_run, "dry_run")
-            self._advance(dlq, now)
-            moved = skipped = 0
-            default = self._tag(dlq, None)
-            for seq, lane, value in self._dead_letters(dlq):
-                if moved + skipped >= limit:
-                    break
-                if self._held_by_dlq(dlq, default, seq, value, now):
-                    continue
-                fields = cbor2.loads(value[PREFIX_SIZE:])
-                source_name, _, dead_time, original_id, _ = fields[8]
-                if source is not None and source_name.lower() != source.lower():
-                    continue
-                if (since is not None and dead_time < since) or \
-                        (until is not None and dead_time > until):
-                    continue
-                target = self._redrive_target(original_id,
-                                              PREFIX.unpack_from(value)[2] & ~DEAD_MARK, now)
-                if target is None:
-                    skipped += 1
-                    continue
-                moved += 1
-                if not dry_run:
-                    src, t, original = target
-                    for dlq_tag in dlq.tags.values():
-                        self._end_for(dlq, dlq_tag, seq, lane)
-                    old = t.leases.get(original)
-                    original_lane = old.lane if old else lane
-                    self._lease_saved(src, t, original,
-                                      Lease(LEASED, original_lane, now, 0, 0, 0),
-                                      old.due if old is not None and old.state == LEASED
-                                      else None)
-                    stored = self._store.log.get(keys.log_key(src.id, original_lane, original))
-                    topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
-                    if 0 < topic_id < DEAD_MARK:
-                        self._topic_rejoined(src, t, topic_id, original, now)
-                    self._notify(src)
-                    self._settle(src, now)
-            if not dry_run:
-                self._settle(dlq, now)
-            return Redriven(moved, skipped)
+        """Send dead letters of the DLQ ``queue`` back to the tag they died under (all
+        chunks of ``redrive_steps`` at once)."""
+        steps = self.redrive_steps(queue, source, since, until, max, dry_run, caller=caller)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
-    def _dead_letters(self, dlq: QueueState) -> Any:
-        """(seq, lane, log value) of every retained dead-letter copy of ``dlq``."""
-        unpack = PREFIX.unpack_from
-        for lane in list(dlq.lanes_used):
-            lower, upper = keys.log_lane_bounds(dlq.id, lane, dlq.gone_seq)
-            for key, value in list(Store.items(self._store.log, lower, upper)):
-                if unpack(value)[2] & DEAD_MARK:
-                    yield keys.log_seq(key), lane, value
+    def redrive_steps(self, queue: str, source: str | None = None, since: int | None = None,
+                      until: int | None = None, max: int = 1000, dry_run: bool = False, *,
+                      caller: str | None = None, chunk: int | None = None
+                      ) -> Generator[None, None, Redriven]:
+        """``redrive`` as long work in chunks (DESIGN.md §3): each chunk is one operation that
+        looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator yields between chunks
+        (other operations may run then) and returns the result. Each message moves
+        atomically; the copies considered are those the DLQ held when the redrive began
+        (a later dead letter waits for the next redrive), in lane then seq order."""
+        chunk = chunk or REDRIVE_CHUNK
+        moved = skipped = 0
+        lane_index = next_seq = 0
+        first = True
+        while True:
+            with self._operation() as now:
+                if first:
+                    self._check(caller, "manage", queue)
+                    dlq = self._queue(queue)
+                    if source is not None and not isinstance(source, str):
+                        # a filter, not a lookup: text that names no queue matches nothing
+                        raise InvalidArgument("source", "must be a queue name (text)")
+                    if since is not None:
+                        check_time_ms(since, "since")
+                    if until is not None:
+                        check_time_ms(until, "until")
+                    limit = check_int(max, "max", 1, 100_000)
+                    check_bool(dry_run, "dry_run")
+                    dlq_id, end, lanes = dlq.id, dlq.next_seq, list(dlq.lanes_used)
+                    first = False
+                found = self._queues.get(dlq_id)
+                if found is None:  # deleted meanwhile: what was done stands
+                    return Redriven(moved, skipped)
+                dlq = found
+                self._advance(dlq, now)
+                default = self._tag(dlq, None)
+                seen = 0
+                while lane_index < len(lanes) and seen < chunk and moved + skipped < limit:
+                    lane = lanes[lane_index]
+                    lower = keys.log_key(dlq.id, lane, max_(next_seq, dlq.gone_seq))
+                    batch = list(islice(Store.items(self._store.log, lower,
+                                                    keys.log_key(dlq.id, lane, end)),
+                                        chunk - seen))
+                    if not batch:
+                        lane_index, next_seq = lane_index + 1, 0
+                        continue
+                    for key, value in batch:
+                        if moved + skipped >= limit:
+                            break
+                        seen += 1
+                        seq = next_seq = keys.log_seq(key)
+                        next_seq += 1
+                        if not PREFIX.unpack_from(value)[2] & DEAD_MARK or self._held_by_dlq(
+                                dlq, default, seq, value, now):
+                            continue
+                        outcome = self._redrive_one(dlq, seq, lane, value, source, since,
+                                                    until, dry_run, now)
+                        moved += outcome is True
+                        skipped += outcome is False
+                if not dry_run:
+                    self._settle(dlq, now)
+                if lane_index >= len(lanes) or moved + skipped >= limit:
+                    return Redriven(moved, skipped)
+            yield
+
+    def _redrive_one(self, dlq: QueueState, seq: int, lane: int, value: bytes,
+                     source: str | None, since: int | None, until: int | None,
+                     dry_run: bool, now: int) -> bool | None:
+        """Redrive one dead-letter copy -> True moved, False skipped (its original is gone),
+        None not selected by ``source`` / ``since`` / ``until``."""
+        fields = cbor2.loads(value[PREFIX_SIZE:])
+        source_name, _, dead_time, original_id, _ = fields[8]
+        if source is not None and source_name.lower() != source.lower():
+            return None
+        if (since is not None and dead_time < since) or \
+                (until is not None and dead_time > until):
+            return None
+        target = self._redrive_target(original_id, PREFIX.unpack_from(value)[2] & ~DEAD_MARK,
+                                      now)
+        if target is None:
+            return False
+        if not dry_run:
+            src, t, original = target
+            for dlq_tag in dlq.tags.values():
+                self._end_for(dlq, dlq_tag, seq, lane)
+            old = t.leases.get(original)
+            original_lane = old.lane if old else lane
+            self._lease_saved(src, t, original, Lease(LEASED, original_lane, now, 0, 0, 0),
+                              old.due if old is not None and old.state == LEASED else None)
+            stored = self._store.log.get(keys.log_key(src.id, original_lane, original))
+            topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
+            if 0 < topic_id < DEAD_MARK:
+                self._topic_rejoined(src, t, topic_id, original, now)
+            self._notify(src)
+            self._settle(src, now)
+        return True
+
+    def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None:
+        """Once a dead letter's DLQ copy ends (deleted or expired in the DLQ), the original
+        counts as Ended: its queue's ``gone_seq`` may pass it in the same operation."""
+        for source_id in list(sources):
+            src = self._queues.get(source_id)
+            if src is None or not any(t.dead_heap for t in src.tags.values()):
+                sources.discard(source_id)
+            elif src is not dlq:
+                self._settle_queue(src, now)  # not _settle: no chains of queues
+
+    def _seal_dead_letters(self, dlq: QueueState) -> None:
+        """Before a rewind of ``dlq``: dead letters whose copy has ended stay Ended although
+        the rewind makes the copy deliverable again (it is then an ordinary DLQ message; a
+        redrive of it skips it as gone). Their ENDED_DEAD rows stop naming the copy."""
+        store = self._store
+        for source_id in list(self._dead_sources.get(dlq.id, ())):
+            src = self._queues.get(source_id)
+            for t in src.tags.values() if src is not None else ():
+                for seq, lease in t.leases.items():
+                    if lease.state == ENDED_DEAD and lease.due == dlq.id and \
+                            not self._copy_alive(lease):
+                        lease.due = SEALED
+                        store.put(store.leases_h, keys.lease_key(src.id, t.id, seq),
+                                  lease.encode())
 
     def _held_by_dlq(self, dlq: QueueState, default: TagState, seq: int, value: bytes,
                      now: int) -> bool:
@@ -196,8 +274,9 @@ class DeadLetterOps(CounterOps):
         if t is None or seq < src.gone_seq:
             return None
         lease = t.leases.get(seq)
-        if lease is not None and lease.state == LEASED and lease.due > now:
-            return None
+        if lease is not None and (lease.state == LEASED and lease.due > now or
+                                  lease.state == ENDED_DEAD and lease.due == SEALED):
+            return None  # Inflight, or Ended for good: its copy ended before a rewind
         return src, t, seq
 
     def _end_for(self, q: QueueState, t: TagState, seq: int, lane: int) -> None:

@@ -159,8 +159,12 @@ class GrantOps(EngineCore):
             if key is not None:
                 self._check_key_id(key)
             if caller is not None and key != caller:
-                if pattern is None:
+                if pattern is None and key is None:
                     key = caller
+                elif pattern is None:
+                    raise AccessDenied(f"key: key {caller!r} may list only its own grants, "
+                                       "or those on a queue where it holds 'grant'",
+                                       field="key")
                 elif "grant" not in self._permissions(caller, pattern):
                     raise AccessDenied(f"queue: key {caller!r} lacks 'grant' on {queue!r}",
                                        field="queue")

@@ -23,7 +23,7 @@ from .counters import DELETED, CounterOps
 from .errors import InvalidArgument, LaminaError, MessageNotFound
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import PeekPage, Peeked
-from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, QueueState, TagState
+from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
 from .store import Store
 from .validation import check_batch, check_int, check_time_ms
 
@@ -63,6 +63,10 @@ class InspectionOps(CounterOps):
                     return "parked", 0, None, None
             elif head < seq or t.topic_from.get(topic, seq + 1) <= seq:
                 return "parked", 0, None, None
+        row = self._store.leases.get(keys.lease_key(q.id, t.id, seq))
+        if row is not None:  # deleted after delivery: its count is kept on disk
+            deleted = Lease.decode(row)
+            return "deleted", deleted.count, deleted.first or None, None
         return "deleted", 0, None, None
 
     def _active_or_parked(self, q: QueueState, t: TagState, topic: int, seq: int) -> str:
@@ -77,6 +81,8 @@ class InspectionOps(CounterOps):
                    field: str) -> tuple[int, int, bytes | None]:
         """-> (seq, lane, log value or None when below gone_seq) of an id of this queue in the
         tag's scope (any id below gone_seq), else ``MessageNotFound``."""
+        if not isinstance(message_id, str):
+            raise InvalidArgument(field, "must be a message id (text)")
         parsed = parse_message_id(message_id)
         if parsed is None or parsed[0] != q.id or parsed[1] >= q.next_seq:
             raise MessageNotFound(f"{field}: no message {message_id!r} in queue {q.name!r}",

@@ -47,6 +47,8 @@ class RewindOps(TopicOps):
                 raise RewindOutOfRange(f"time: must lie within [{now - window_ms}, {now}]",
                                        field="time")
             self._advance(q, now)
+            if self._dead_sources.get(q.id):  # a DLQ: its ended copies' originals stay Ended
+                self._seal_dead_letters(q)
             for t in targets:
                 self._rewind_tag(q, t, max(time_ms, t.start_ms), now)
             self._notify(q)
@@ -67,9 +69,14 @@ class RewindOps(TopicOps):
                 kept.add(seq)
                 continue
             del t.leases[seq]
-            store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
             if lease.state == LEASED:
                 t.due_index.discard(lease.due, seq)
+        # One range delete (the rows on disk only too: state.py ENDED_DELETED), then the
+        # Inflight rows again: O(in-flight), not O(messages).
+        store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, from_seq),
+                           keys.lease_key(q.id, t.id, q.next_seq))
+        for seq in kept:
+            store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), t.leases[seq].encode())
         # Topics: heads that stay Inflight keep their topic locked; rewound messages of it
         # wait behind them and are looked for from from_seq when they end.
         for topic, head in list(t.locked.items()):

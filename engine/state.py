@@ -36,6 +36,8 @@ LEASED = 1
 ENDED_AHEAD = 2  # ended (deleted by id) before any cursor reached it
 ENDED_DEAD = 3   # dead-lettered; kept until gone_seq passes so peek can say "dead";
                  # ``due`` holds the DLQ's queue id and ``number`` the seq of the DLQ copy
+ENDED_DELETED = 4  # deleted after delivery: on disk only (never loaded into memory), so that
+                   # peek shows its dequeue count; dropped with its segment, or by a rewind
 
 NO_DELAYED = 1 << 63  # QueueState.delayseq_from when no tag holds a delayed message
 # The prefix's topic field: 0 no topic; 1 .. 2^31-1 a topic id; DEAD_MARK | tag id marks a
@@ -58,6 +60,9 @@ class Lease:
 
     def encode(self) -> bytes:
         return _LEASE.pack(self.state, self.lane, self.due, self.count, self.first, self.number)
+
+    #: ``encode`` of a row that is never an object in memory (ENDED_DELETED).
+    pack = staticmethod(_LEASE.pack)
 
     @classmethod
     def decode(cls, value: bytes) -> Lease:

@@ -25,6 +25,13 @@ from rocksdict import (
     WriteOptions,
 )
 
+#: Table files RocksDB keeps open at most (its table cache); without a bound it keeps every
+#: one open, and a server could not know its file descriptor budget (server/files.py).
+MAX_OPEN_FILES = 512
+#: Files RocksDB opens besides its table cache: WAL, manifest, info log, blob files, the
+#: outputs of running flushes and compactions.
+OTHER_OPEN_FILES = 64
+
 COLUMN_FAMILIES = (
     "meta", "log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
 )
@@ -55,6 +62,7 @@ def _db_options() -> Options:
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_max_total_wal_size(256 << 20)  # rarely written families must not pin old WALs
+    options.set_max_open_files(MAX_OPEN_FILES)
     options.increase_parallelism(2)
     return options
 
@@ -154,6 +162,10 @@ class Store:
         self._write_options.sync = False
         self.batch = WriteBatch(raw_mode=True)
         self.pending = 0  # operations in ``batch`` not yet written
+        # Keys put or deleted through this class since the last write: should the write fail,
+        # they name what memory must be rebuilt from (recovery.py; the hot paths that put
+        # straight into ``batch`` always put a row of the same queue through here too).
+        self.written: list[bytes] = []
         self._readers: dict[tuple[int, bytes], RangeReader] = {}
 
     def drop_legacy_families(self) -> None:
@@ -167,26 +179,32 @@ class Store:
     def put(self, handle: object, key: bytes, value: bytes) -> None:
         self.batch.put(key, value, handle)
         self.pending += 1
+        self.written.append(key)
 
     def delete(self, handle: object, key: bytes) -> None:
         self.batch.delete(key, handle)
         self.pending += 1
+        self.written.append(key)
 
     def delete_range(self, handle: object, begin: bytes, end: bytes) -> None:
         self.batch.delete_range(begin, end, handle)
         self.pending += 1
+        self.written.append(begin)
 
     def flush(self) -> None:
-        """Write the pending batch (into the WAL, not synced)."""
+        """Write the pending batch (into the WAL, not synced). On failure the batch is kept
+        (with ``written``) for the caller to look at and ``discard``."""
         if self.pending:
-            batch, self.batch = self.batch, WriteBatch(raw_mode=True)
-            self.pending = 0
             self._readers.clear()
-            self.db.write(batch, self._write_options)
+            self.db.write(self.batch, self._write_options)
+            self.batch = WriteBatch(raw_mode=True)
+            self.pending = 0
+            self.written = []
 
     def discard(self) -> None:
         self.batch = WriteBatch(raw_mode=True)
         self.pending = 0
+        self.written = []
 
     def sync_wal(self) -> None:
         """Sync the WAL to stable storage. Releases the GIL: run it in a worker thread."""
@@ -237,5 +255,7 @@ class Store:
             for attribute in (name, f"{name}_h"):
                 if hasattr(self, attribute):
                     delattr(self, attribute)
-        self.db.close()
-        del self.db
+        try:
+            self.db.close()  # raises the background error of a failed write, and closes
+        finally:
+            del self.db

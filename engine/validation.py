@@ -55,8 +55,11 @@ def check_name(value: object, field: str) -> str:
 
 
 def check_queue_name(value: object, field: str = "queue") -> str:
-    """A name for a new queue: ``InvalidQueueName`` rather than ``InvalidArgument``."""
-    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+    """A name for a new queue: ``InvalidQueueName`` for text that breaks the naming rule
+    (``InvalidArgument`` for a value that is not text)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(field, "must be a queue name (text)")
+    if not NAME_RE.fullmatch(value):
         raise InvalidQueueName(
             f"{field}: queue names are 1-64 of [A-Za-z0-9_-] starting with a letter",
             field=field,

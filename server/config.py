@@ -130,28 +130,42 @@ class ServerConfig:
 def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of ``lamina serve`` to ``parser`` (a subcommand's parser)."""
     add = parser.add_argument
-    add("--data", type=Path, default=DEFAULT_DATA_DIR, help="data directory (created if missing)")
-    add("--host", default="127.0.0.1", help="address to listen on")
-    add("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: any free port)")
+    add("--data", type=Path, default=DEFAULT_DATA_DIR, metavar="DIR",
+        help="data directory, created if missing (default ./lamina-data)")
+    add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    add("--port", type=int, default=DEFAULT_PORT, help="TCP port, 0 for any free port "
+        f"(default {DEFAULT_PORT})")
     add("--fsync", action="store_true",
-        help="acknowledge only what is synced to disk (survives power loss)")
-    add("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS)
+        help="acknowledge only what is synced to disk, so it survives power loss (default "
+             "off: what is acknowledged survives a killed server)")
+    add("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+        help="connections served at once; more are closed at once; each takes a file "
+             f"descriptor (default {DEFAULT_MAX_CONNECTIONS})")
     add("--max-frame", type=int, default=DEFAULT_MAX_FRAME_BYTES, metavar="BYTES",
-        help="largest frame in either direction")
-    add("--max-queues", type=int, default=10**6)
-    add("--keys", type=Path, help="TOML keys file; turns authentication on (re-read on SIGHUP)")
-    add("--receipt-key", type=Path, help="receipt MAC key file (default DATA/receipt.key)")
-    add("--tls-cert", type=Path, help="PEM certificate chain; turns TLS on")
-    add("--tls-key", type=Path, help="PEM private key for --tls-cert")
-    add("--metrics-port", type=int, help="serve Prometheus /metrics on this loopback port")
+        help=f"largest frame in either direction, {MIN_MAX_FRAME_BYTES}..{MAX_FRAME_LENGTH} "
+             f"(default {DEFAULT_MAX_FRAME_BYTES})")
+    add("--max-queues", type=int, default=10**6, metavar="N",
+        help="queues the server holds at most (default 1000000)")
+    add("--keys", type=Path, metavar="FILE",
+        help="TOML keys file; turns authentication on, re-read on SIGHUP (default none: no "
+             "authentication)")
+    add("--receipt-key", type=Path, metavar="FILE",
+        help="receipt signing key file, created if missing (default DATA/receipt.key)")
+    add("--tls-cert", type=Path, metavar="FILE",
+        help="PEM certificate chain; turns TLS on (default none: plain TCP)")
+    add("--tls-key", type=Path, metavar="FILE",
+        help="PEM private key for --tls-cert (default none)")
+    add("--metrics-port", type=int, metavar="PORT",
+        help="serve Prometheus /metrics on this loopback port (default none: off)")
     add("--insecure", action="store_true",
-        help="allow a non-loopback address without --keys and TLS")
+        help="allow a non-loopback address without --keys and TLS (default off)")
     add("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
-        help="close connections idle this long (a waiting receive is not idle)")
+        help="close connections idle this long; a waiting receive is not idle "
+             f"(default {DEFAULT_IDLE_TIMEOUT_S:g})")
     add("--busy-poll-us", type=int, default=DEFAULT_BUSY_POLL_US, metavar="US",
         help="while requests keep coming within this window, poll for the next one this long "
              "before sleeping: lower round-trip latency for some CPU; sparse traffic is not "
-             "polled for (0: off; default %(default)s)")
+             "polled for (microseconds, 0: off; default %(default)s)")
     add("--sqs-port", type=int, metavar="PORT",
         help="also serve the Amazon SQS API (AWS JSON and Query protocols) over HTTP on this "
              "port, on --host, with TLS when --tls-cert is given (default: off)")

@@ -37,9 +37,10 @@ from .framing import (
 if TYPE_CHECKING:
     from lamina.engine import Engine
 
-__all__ = ["Answer", "EntriesAnswer", "MAX_WAIT_S", "MapAnswer", "OPERATIONS", "Operation",
-           "PeekAnswer", "ReceiveAnswer", "SendAnswer", "apply_operation", "check_request",
-           "receive_budget", "receive_call", "wait_seconds"]
+__all__ = ["Answer", "Continuation", "EntriesAnswer", "MAX_WAIT_S", "MapAnswer", "OPERATIONS",
+           "Operation", "PeekAnswer", "ReceiveAnswer", "SendAnswer", "apply_operation",
+           "check_request", "continue_operation", "receive_budget", "receive_call",
+           "wait_seconds"]
 
 log = logging.getLogger("lamina.server")
 
@@ -91,6 +92,15 @@ class PeekAnswer:
 
 Answer: TypeAlias = (MapAnswer | SendAnswer | EntriesAnswer | ReceiveAnswer | PeekAnswer
                      | LaminaError)
+
+
+@dataclass(slots=True)
+class Continuation:
+    """Long work not finished (DESIGN.md §3: it runs in chunks, yielding between them):
+    ``step(engine)`` runs its next chunk, one engine operation, and returns the answer or
+    another Continuation (``longwork.py`` runs them)."""
+
+    step: Callable[[Engine], Answer | Continuation]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +216,20 @@ def _peek(engine: Engine, args: dict[str, Any], caller: str | None, request_id: 
     return PeekAnswer(entries, next_cursor)
 
 
+def _redrive(engine: Engine, args: dict[str, Any], caller: str | None, request_id: int,
+             max_frame: int) -> Answer | Continuation:
+    """A redrive's first chunk (its checks included); the rest as continuations."""
+    return _next_chunk(engine.redrive_steps(**args, caller=caller))
+
+
+def _next_chunk(steps: Any) -> Answer | Continuation:
+    try:
+        next(steps)
+    except StopIteration as done:
+        return MapAnswer({"moved": done.value.moved, "skipped": done.value.skipped})
+    return Continuation(lambda engine: _next_chunk(steps))
+
+
 def _call(method: str, encode: Callable[[Any], Answer]) -> Callable[..., Answer]:
     def run(engine: Engine, args: dict[str, Any], caller: str | None, request_id: int,
             max_frame: int) -> Answer:
@@ -252,8 +276,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     _op("delete_by_id", "queue ids", "tag", _call("delete_by_id", EntriesAnswer)),
     _op("rewind", "queue time", "tag",
         _call("rewind", lambda r: MapAnswer({"time": r.time, "tags": list(r.tags)}))),
-    _op("redrive", "queue", "source since until max dry_run",
-        _call("redrive", lambda r: MapAnswer({"moved": r.moved, "skipped": r.skipped}))),
+    _op("redrive", "queue", "source since until max dry_run", _redrive),
     _op("stats", "queue", "tag days", _call("stats", lambda days: MapAnswer({"days": days}))),
     _op("grant", "queue key permissions", "", _call("grant", lambda _: EMPTY)),
     _op("revoke", "queue key", "permissions", _call("revoke", lambda _: EMPTY)),
@@ -279,14 +302,26 @@ def check_request(op: str, args: dict[str, Any]) -> Operation:
 
 
 def apply_operation(operation: Operation, engine: Engine, args: dict[str, Any],
-                    caller: str | None, request_id: int, max_frame: int) -> Answer:
+                    caller: str | None, request_id: int, max_frame: int
+                    ) -> Answer | Continuation:
     """Run an engine op; an unexpected exception becomes ``InternalError`` for this request
     alone (the engine already rebuilt its state if the failure was inside it)."""
     assert operation.run is not None
+    return _guarded(operation.name, lambda: operation.run(  # type: ignore[misc]
+        engine, args, caller, request_id, max_frame))
+
+
+def continue_operation(name: str, continuation: Continuation,
+                       engine: Engine) -> Answer | Continuation:
+    """The next chunk of long work, failing like ``apply_operation``."""
+    return _guarded(name, lambda: continuation.step(engine))
+
+
+def _guarded(name: str, run: Callable[[], Answer | Continuation]) -> Answer | Continuation:
     try:
-        return operation.run(engine, args, caller, request_id, max_frame)
+        return run()
     except LaminaError as exc:
         return exc.with_traceback(None)
     except Exception as exc:  # a bug: this request fails, the server goes on
-        log.exception("internal error in %s", operation.name)
-        return InternalError(f"{operation.name} failed: {type(exc).__name__}: {exc}")
+        log.exception("internal error in %s", name)
+        return InternalError(f"{name} failed: {type(exc).__name__}: {exc}")

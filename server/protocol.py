@@ -28,7 +28,9 @@ Rules of the connection state (every one of them lives in this file):
    it stay buffered, unparsed, so they are judged by the limit in force once it is answered:
    call ``receive_data(b"")`` after answering to parse them.
 5. A tag, an odd simple value or a NaN/infinite float inside ``args`` fails that request alone:
-   a RejectedRequest with InvalidArgument naming the top-level argument it sits under.
+   a RejectedRequest with InvalidArgument naming the top-level argument it sits under. Inside
+   the entries of a batch (``BATCH_ARGUMENTS``) it fails only that entry (PROTOCOL §2): the
+   engine judges each entry, and refuses such values there.
 
 Frames and strict CBOR, and the receive/peek encoders that splice stored records, live in
 ``framing.py``; the latter are re-exported here so servers need only this module.
@@ -96,6 +98,10 @@ NONCE_BYTES = 16
 #: 0 is reserved for frames about the connection (greeting, final protocol error).
 MAX_REQUEST_ID = 2**63 - 1
 #: PROTOCOL §2 defaults, advertised in the greeting.
+#: Batch arguments: lists whose entries are judged one by one (rule 5), each entry's error at
+#: its position (send ``messages``, change_visibility ``entries``, delete / dead ``receipts``,
+#: peek / delete_by_id ``ids``).
+BATCH_ARGUMENTS = frozenset({"messages", "entries", "receipts", "ids"})
 DEFAULT_MAX_INFLIGHT = 1024
 DEFAULT_MAX_WAITING = 64
 #: PROTOCOL §3: domain separation for the auth HMAC.
@@ -347,7 +353,8 @@ class ServerConnection:
         for name, value in args.items():
             if type(name) is not str:
                 raise ProtocolError(f"request {request_id}: args must be a map with text keys")
-            if rejected is None and type(value) not in PLAIN_SCALAR_TYPES:
+            if rejected is None and type(value) not in PLAIN_SCALAR_TYPES and not (
+                    name in BATCH_ARGUMENTS and type(value) is list):
                 problem = find_unsupported_value(value)
                 if problem is not None:
                     rejected = InvalidArgument(name, problem)

@@ -2,7 +2,8 @@
 
     SIGTERM / SIGINT   graceful shutdown (server.py rule 5), exit code 0
     SIGHUP             re-read the keys file
-    exit code 2        a bad command line or keys file; 1: the server could not start or failed
+    exit code 2        a bad command line or keys file, or an open-file limit too low for
+                       --max-connections; 1: the server could not start or failed
 
 ``tools/cli.py`` calls :func:`run_server` with the config of ``config.py``; :func:`serve` does
 the same from an argv of its own.
@@ -13,12 +14,12 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import resource
 import signal
 
 import trio
 
 from .config import ConfigError, ServerConfig, add_serve_arguments, config_from_args
+from .files import open_files_problem
 from .keys import KeyFileError
 from .logs import configure_logging
 from .server import Server
@@ -26,16 +27,6 @@ from .server import Server
 __all__ = ["run_server", "serve"]
 
 log = logging.getLogger("lamina.server")
-
-
-def _raise_open_files_limit() -> None:
-    """Each connection is a file descriptor: use the hard limit, not the (often 1024) soft."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError):
-        pass
 
 
 async def _run_until_signalled(server: Server) -> None:
@@ -66,7 +57,10 @@ def run_server(config: ServerConfig) -> int:
     except (ConfigError, KeyFileError) as exc:
         log.error("%s", exc, extra={"event": "config_error"})
         return 2
-    _raise_open_files_limit()
+    problem = open_files_problem(config.max_connections)
+    if problem is not None:
+        log.error("%s", problem, extra={"event": "config_error"})
+        return 2
     try:
         trio.run(_run_until_signalled, server)
     except Exception as exc:

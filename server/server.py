@@ -85,6 +85,7 @@ from .config import ServerConfig
 from .connection import Connection, Work
 from .dispatch import (
     Answer,
+    Continuation,
     MapAnswer,
     ReceiveAnswer,
     apply_operation,
@@ -93,6 +94,7 @@ from .dispatch import (
     wait_seconds,
 )
 from .keys import KeyFileError, KeyRing, load_keys
+from .longwork import LongWork
 from .metrics import ServerMetrics
 from .protocol import Request
 from .waiters import Waiter, WaitingReceives, tag_key
@@ -185,6 +187,7 @@ class Server:
         self.features = list(FEATURES)
         self.metrics = ServerMetrics()
         self.waiting = WaitingReceives()
+        self.long_work = LongWork()  # long work running in chunks (longwork.py)
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6)
         self.connections: set[Connection] = set()
         self.port: int | None = None
@@ -498,21 +501,23 @@ class Server:
     async def _apply_inbox(self, inbox: trio.MemoryReceiveChannel[Any]) -> None:
         async with inbox:
             while True:
+                items: list[Any] = []
                 try:
-                    item = inbox.receive_nowait()
+                    items.append(inbox.receive_nowait())
                 except trio.WouldBlock:
-                    self._applier_idle = True
-                    try:
-                        item = await inbox.receive()
-                    except trio.EndOfChannel:
-                        return
-                    finally:
-                        self._applier_idle = False
+                    if not self.long_work:  # else its next chunk makes this group
+                        self._applier_idle = True
+                        try:
+                            items.append(await inbox.receive())
+                        except trio.EndOfChannel:
+                            return
+                        finally:
+                            self._applier_idle = False
                 except trio.EndOfChannel:
-                    return
-                items = [item]
-                count, nbytes = _weight(item)
-                while count < GROUP_MAX_REQUESTS and nbytes < GROUP_MAX_BYTES:
+                    if not self.long_work:  # long work runs to its end (longwork.py rule 3)
+                        return
+                count, nbytes = _weight(items[0]) if items else (0, 0)
+                while items and count < GROUP_MAX_REQUESTS and nbytes < GROUP_MAX_BYTES:
                     try:
                         item = inbox.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
@@ -520,9 +525,14 @@ class Server:
                     items.append(item)
                     more, size = _weight(item)
                     count, nbytes = count + more, nbytes + size
-                self._commit_group(items, count)
-                if self.engine.fsync:
-                    await trio.lowlevel.checkpoint()  # let the syncer run between groups
+                if items:
+                    self._commit_group(items, count)
+                if self.long_work:  # its next chunk, a group of its own (longwork.py rule 2)
+                    await trio.lowlevel.checkpoint()  # the answers above go out first
+                    self._commit_group((), 0)
+                if self.engine.fsync or self.long_work:
+                    # Let the syncer run between groups, and readers between chunks.
+                    await trio.lowlevel.checkpoint()
 
     def _commit_group(self, items: Sequence[Any], count: int) -> None:
         """Apply ``items`` in one group; answer it now, or once a WAL sync covers it (rules
@@ -585,22 +595,28 @@ class Server:
             # its own WAL sync), so its context manager, a tenth of a small request's cost,
             # is skipped.
             with engine.group() if engine.fsync else _NO_GROUP:
-                self._run_due_deadlines()
+                # A chunk of long work is a group of its own (longwork.py rule 2): the groups
+                # of requests around it, or a TICK, apply the deadlines.
+                chunk = not items and bool(self.long_work)
+                if not chunk:
+                    self._run_due_deadlines()
                 if waiting.any_due:
                     self._serve_waiters(replies)
                 for item in items:
                     if type(item) is Work:
-                        for request in item.requests:
-                            self._apply_request(item, request, replies)
-                            if waiting.any_due:
-                                self._serve_waiters(replies)
+                        self._apply_work(item, replies)
                     elif type(item) is EngineJob:
                         jobs.append(item)
                         try:
                             item.result = item.fn(engine)
                         except Exception as exc:
                             item.error = exc
-                self._run_due_deadlines()
+                if chunk:
+                    self.long_work.step(
+                        engine, lambda *reply: replies.append(_Reply(*reply)),
+                        lambda work: self._apply_work(work, replies))
+                else:
+                    self._run_due_deadlines()
                 if waiting.any_due:
                     self._serve_waiters(replies)
         except LaminaError as exc:  # the group's write failed (rule 4)
@@ -647,6 +663,15 @@ class Server:
         self._set_deadline()
         self.metrics.observe_group(group.count, now - group.started)
 
+    def _apply_work(self, work: Work, replies: list[_Reply]) -> None:
+        waiting, long_work = self.waiting, self.long_work
+        for index, request in enumerate(work.requests):
+            if long_work and long_work.defer(work, index):
+                return  # behind this connection's long work (longwork.py rule 1)
+            self._apply_request(work, request, replies)
+            if waiting.any_due:
+                self._serve_waiters(replies)
+
     def _apply_request(self, work: Work, request: Request, replies: list[_Reply]) -> None:
         connection, op, args = work.connection, request.op, request.args
         answer: Answer | None
@@ -671,6 +696,11 @@ class Server:
             else:
                 answer = apply_operation(operation, self.engine, args, caller, request.id,
                                          self.config.max_frame)
+                if type(answer) is Continuation:  # long work: its next chunks come later
+                    self.long_work.start(connection, request.id, op, work.started, answer)
+                    if self._applier_idle and self._inbox_send is not None:
+                        self.try_enqueue(self._inbox_send, TICK)  # wake it for them
+                    return
                 if op in ("delete_queue", "delete_tag") and not isinstance(answer, LaminaError):
                     self._end_waits_on_deleted(op, args, replies)
         except LaminaError as exc:

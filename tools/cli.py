@@ -1,10 +1,4 @@
-"""The ``lamina`` command line.
-
-``lamina serve`` runs the server (options in ``lamina.server.config``); ``lamina demo`` runs a
-short embedded tour through the engine (create, send, receive, delete) against a local data
-directory. The client commands (``queue``, ``tag``, ``send``, ``receive``, ``peek``, ``rewind``,
-``redrive``, ``stats``) are in ``commands.py``; ``lamina bench`` is in ``lamina.bench``.
-"""
+"""The ``lamina`` command line."""
 
 from __future__ import annotations
 
@@ -15,8 +9,20 @@ from pathlib import Path
 from lamina.bench.cli import add_bench_command
 from lamina.engine import Engine
 from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
-from lamina.tools.inspect import add_inspect_command
 from lamina.tools.commands import add_client_commands
+from lamina.tools.helptext import Parser
+from lamina.tools.inspect import add_inspect_command
+
+DESCRIPTION = """\
+Lamina: a self-hosted message queue server and its command-line client.
+
+  lamina serve                  run the server (lamina serve --help for its options)
+  lamina queue create orders    the client commands talk to a server (--server HOST:PORT)
+  lamina send orders hello      ...
+  lamina receive orders --delete
+  lamina inspect DATA_DIR ...   look at a data directory offline
+  lamina demo                   a short tour through an embedded engine, no server needed
+"""
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -38,24 +44,34 @@ def _serve(args: argparse.Namespace) -> int:
     return run_server(args.config)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lamina", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run a short embedded tour through the engine")
-    demo.add_argument("--data", default="./lamina-data", help="data directory")
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lamina`` parser with every command."""
+    parser = Parser(prog="lamina", description=DESCRIPTION)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = commands.add_parser("demo", help="run a short tour through an embedded engine",
+                               description="Create queue 'demo' in DATA, send, receive and "
+                                           "delete a few messages, without a server.")
+    demo.add_argument("--data", default="./lamina-data", metavar="DIR",
+                      help="data directory (created if missing)")
     demo.set_defaults(run=_demo)
-    serve = commands.add_parser("serve", help="run the Lamina server")
+    serve = commands.add_parser("serve", help="run the Lamina server",
+                                description="Run the Lamina server until SIGTERM or SIGINT "
+                                            "(SIGHUP re-reads the keys file).")
     add_serve_arguments(serve)
-    serve.set_defaults(run=_serve)
+    serve.set_defaults(run=_serve, serve_parser=serve)
     add_inspect_command(commands)
-    add_client_commands(commands)  # queue, tag, send, receive, ... (tools/commands.py)
-    add_bench_command(commands)  # the load generator (bench/cli.py)
-    args = parser.parse_args(argv)
+    add_client_commands(commands)  # queue, tag, send, receive, ...
+    add_bench_command(commands)  # the load generator
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.run is _serve:
         try:
             args.config = config_from_args(args)
         except ConfigError as exc:
-            serve.error(str(exc))
+            args.serve_parser.error(str(exc))
     return int(args.run(args))
 
 

@@ -539,11 +539,12 @@ def connection_options() -> argparse.ArgumentParser:
     group.add_argument("--key", help="key id (default $LAMINA_KEY)")
     group.add_argument("--secret", help="key secret (default $LAMINA_SECRET)")
     group.add_argument("--tls", action="store_true", help="use TLS (system CAs)")
-    group.add_argument("--ca", metavar="FILE", help="use TLS, trusting this CA bundle")
+    group.add_argument("--ca", metavar="FILE",
+                       help="use TLS, trusting this CA bundle (default the system's CAs)")
     group.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                       help="connect and handshake timeout (default 10)")
+                       help="seconds to connect and authenticate (default 10)")
     group.add_argument("--json", action="store_true",
-                       help="print JSON (lines for streams, else one document) for scripts")
+                       help="print JSON for scripts: lines for streams, else one document")
     return common
 
 
@@ -562,80 +563,102 @@ def add_client_commands(commands: Any) -> None:
     queue = commands.add_parser("queue", help="create, delete, list, inspect or change queues")
     queues = queue.add_subparsers(dest="queue_command", required=True)
     p = command(queues, "create", _queue_create, "create a queue")
-    p.add_argument("queue")
-    p.add_argument("attributes", nargs="*", help="queue attributes (DESIGN.md §2)", **assign)
+    p.add_argument("queue", help="queue name")
+    p.add_argument("attributes", nargs="*", help="queue attributes, e.g. visibility_timeout=60 "
+                   "redrive.dlq=errors redrive.max_receives=5", **assign)
     p = command(queues, "delete", _queue_delete, "delete a queue and its messages")
-    p.add_argument("queue")
+    p.add_argument("queue", help="queue name")
     p = command(queues, "list", _queue_list, "list queue names")
-    p.add_argument("--prefix")
-    p.add_argument("--limit", type=int, help="at most this many names")
+    p.add_argument("--prefix", help="only names starting with this (default all)")
+    p.add_argument("--limit", type=int, metavar="N", help="at most this many names "
+                   "(default all)")
     p = command(queues, "info", _queue_info, "a queue's attributes and stats")
-    p.add_argument("queue")
+    p.add_argument("queue", help="queue name")
     p = command(queues, "set", _queue_set, "change queue attributes")
-    p.add_argument("queue")
-    p.add_argument("attributes", nargs="*", **assign)
+    p.add_argument("queue", help="queue name")
+    p.add_argument("attributes", nargs="*", help="attributes to change", **assign)
     p = command(queues, "purge", _queue_purge, "delete every message of a queue")
-    p.add_argument("queue")
+    p.add_argument("queue", help="queue name")
 
     tag = commands.add_parser("tag", help="create, delete or list a queue's tags")
     tags = tag.add_subparsers(dest="tag_command", required=True)
     p = command(tags, "create", _tag_create, "create a tag (an independent reader)")
-    p.add_argument("queue")
-    p.add_argument("tag")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("tag", help="tag name")
     p.add_argument("--start", type=_tag_start, metavar="TIME",
-                   help="oldest, now (default) or a time")
-    p.add_argument("--filter", action="append", default=[], help="attribute filter", **assign)
+                   help="oldest, now (default) or a time (epoch ms or ISO-8601)")
+    p.add_argument("--filter", action="append", default=[],
+                   help="only messages with this attribute value; repeatable (default none: "
+                        "every message)", **assign)
     p.add_argument("--match", choices=("all", "any"), default="all",
                    help="with several --filter: all (default) or any must match")
     p = command(tags, "delete", _tag_delete, "delete a tag")
-    p.add_argument("queue")
-    p.add_argument("tag")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("tag", help="tag name")
     p = command(tags, "list", _tag_list, "a queue's tags and their figures")
-    p.add_argument("queue")
+    p.add_argument("queue", help="queue name")
 
     p = command(commands, "send", _send, "send messages (bodies as arguments, - for stdin lines)")
-    p.add_argument("queue")
+    p.add_argument("queue", help="queue name")
     p.add_argument("bodies", nargs="*", metavar="BODY", help="a body, or - for one per stdin line")
-    p.add_argument("--priority", type=int, help="1 (first) .. 16 (last), default 8")
-    p.add_argument("--delay", type=float, metavar="SECONDS")
-    p.add_argument("--topic")
-    p.add_argument("--attribute", action="append", default=[], **assign)
-    p.add_argument("--base64", action="store_true", help="bodies are base64: send the bytes")
+    p.add_argument("--priority", type=int, metavar="N",
+                   help="1 (first) .. 16 (last), default 8")
+    p.add_argument("--delay", type=float, metavar="SECONDS",
+                   help="visible only after this long (default the queue's delay)")
+    p.add_argument("--topic", help="deliver in order with the other messages of this topic, "
+                   "one at a time (default none)")
+    p.add_argument("--attribute", action="append", default=[],
+                   help="a message attribute; repeatable (default none)", **assign)
+    p.add_argument("--base64", action="store_true",
+                   help="bodies are base64: send the bytes (default off: text)")
 
     p = command(commands, "receive", _receive, "receive (lease) messages")
-    p.add_argument("queue")
-    p.add_argument("--tag")
-    p.add_argument("--max", type=int, default=1, help="up to this many (default 1)")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("--tag", help="the tag to read (default the tag 'default')")
+    p.add_argument("--max", type=int, default=1, metavar="N",
+                   help="up to this many, 1-1000 (default 1)")
     p.add_argument("--wait", type=float, metavar="SECONDS",
                    help="long-poll this long for the first (0-30, default the queue's)")
-    p.add_argument("--visibility-timeout", type=float, metavar="SECONDS")
-    p.add_argument("--delete", action="store_true", help="delete what was received")
+    p.add_argument("--visibility-timeout", type=float, metavar="SECONDS",
+                   help="hidden from other receives this long (default the queue's)")
+    p.add_argument("--delete", action="store_true",
+                   help="delete what was received (default off: it comes back after the "
+                        "visibility timeout)")
 
     p = command(commands, "peek", _peek, "look at messages without changing anything")
-    p.add_argument("queue")
-    p.add_argument("--tag")
-    p.add_argument("--max", type=int, default=10, help="up to this many (default 10)")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("--tag", help="the tag to look with (default the tag 'default')")
+    p.add_argument("--max", type=int, default=10, metavar="N",
+                   help="up to this many, 1-1000 (default 10)")
     p.add_argument("--start", type=parse_time, metavar="TIME",
-                   help="messages produced from TIME on, with their states")
-    p.add_argument("--after", metavar="CURSOR", help="the next page after --start")
-    p.add_argument("--ids", nargs="+", metavar="ID", help="these messages")
+                   help="messages produced from TIME on, with their states (default: what "
+                        "a receive would get now)")
+    p.add_argument("--after", metavar="CURSOR",
+                   help="with --start: the page after this cursor (default the first page)")
+    p.add_argument("--ids", nargs="+", metavar="ID",
+                   help="these messages, by id (default: see --start)")
 
     p = command(commands, "rewind", _rewind, "make a queue's tags deliver again from TIME")
-    p.add_argument("queue")
-    p.add_argument("time", type=parse_time, metavar="TIME")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("time", type=parse_time, metavar="TIME",
+                   help="epoch ms or ISO-8601, within the queue's rewind window")
     p.add_argument("--tag", help="only this tag (default every tag)")
 
     p = command(commands, "redrive", _redrive,
                 "move dead-lettered messages back to their source queues")
-    p.add_argument("queue", metavar="DLQ")
-    p.add_argument("--source", help="only messages from this queue")
-    p.add_argument("--since", type=parse_time, metavar="TIME")
-    p.add_argument("--until", type=parse_time, metavar="TIME")
-    p.add_argument("--max", type=int, help="at most this many (default 1000)")
-    p.add_argument("--dry-run", action="store_true", help="only count what would move")
+    p.add_argument("queue", metavar="DLQ", help="the dead-letter queue")
+    p.add_argument("--source", help="only messages from this queue (default every source)")
+    p.add_argument("--since", type=parse_time, metavar="TIME",
+                   help="only messages dead-lettered at or after TIME (default no bound)")
+    p.add_argument("--until", type=parse_time, metavar="TIME",
+                   help="only messages dead-lettered at or before TIME (default no bound)")
+    p.add_argument("--max", type=int, metavar="N",
+                   help="at most this many, 1-100000 (default 1000)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="only count what would move (default off)")
 
     p = command(commands, "stats", _stats,
                 "a queue's daily counters, or without QUEUE the server's figures")
-    p.add_argument("queue", nargs="?")
-    p.add_argument("--tag")
-    p.add_argument("--days", type=int, help="1-31, default 7")
+    p.add_argument("queue", nargs="?", help="queue name (default: the server's figures)")
+    p.add_argument("--tag", help="only this tag (default the queue's totals)")
+    p.add_argument("--days", type=int, metavar="N", help="days back, 1-31 (default 7)")

@@ -41,7 +41,7 @@ import cbor2
 from lamina.engine import keys
 from lamina.engine.errors import LaminaError
 from lamina.engine.records import PREFIX_SIZE
-from lamina.engine.state import ENDED_AHEAD, ENDED_DEAD, LEASED, QueueState
+from lamina.engine.state import ENDED_AHEAD, ENDED_DEAD, ENDED_DELETED, LEASED, QueueState
 
 from .output import to_json
 from .snapshot import Snapshot, SnapshotError
@@ -51,8 +51,24 @@ from .timefmt import iso_ms, parse_time_ms
 __all__ = ["add_inspect_command", "message_json", "message_line", "run_inspect"]
 
 EXIT_OK, EXIT_DAMAGE, EXIT_USAGE = 0, 1, 2
+DESCRIPTION = """\
+Look at a data directory without a server: read-only, without taking its lock, so it is
+safe beside a running server and on an offline copy; it never writes under DATA_DIR and
+never reads the receipt key.
+
+  lamina inspect DATA_DIR queues                       queues and their watermarks
+  lamina inspect DATA_DIR segments QUEUE               the segment table
+  lamina inspect DATA_DIR tags QUEUE                   tags: scope, cursors, leases
+  lamina inspect DATA_DIR leases QUEUE [--tag T]       lease rows
+  lamina inspect DATA_DIR dump QUEUE [--segment N | --since T --until T] [--tag T]
+  lamina inspect DATA_DIR verify [QUEUE ...]           re-check the log; exit 1 on damage
+
+Tables by default, --json for JSON lines (one object per row); dump always writes JSON
+lines, one per message in production order. Times are epoch ms or ISO-8601.
+"""
 _PIPE_WIDTH = 200  # tables are not squeezed to 80 columns in pipes (as tools/output.py)
-_LEASE_STATES = {LEASED: "leased", ENDED_AHEAD: "ended_ahead", ENDED_DEAD: "dead"}
+_LEASE_STATES = {LEASED: "leased", ENDED_AHEAD: "ended_ahead", ENDED_DEAD: "dead",
+                 ENDED_DELETED: "deleted"}
 _DEAD_FIELDS = ("source_queue", "source_tag", "dead_time", "original_id",
                 "original_dequeue_count")
 
@@ -61,41 +77,50 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
     """Register ``inspect`` on the ``lamina`` command's subparsers."""
     parser = commands.add_parser(
         "inspect", help="inspect a data directory offline (safe beside a running server)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", metavar="DATA_DIR", help="the server's data directory")
     parser.add_argument("--progress", action="store_true",
-                        help="progress bars on stderr even when it is not a terminal")
+                        help="progress bars on stderr even when it is not a terminal "
+                             "(default: only on a terminal)")
     sub = parser.add_subparsers(dest="inspect_command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, queue: bool = True, table: bool = True) -> Any:
         p = sub.add_parser(name, help=help)
         if queue:
-            p.add_argument("queue", metavar="QUEUE")
+            p.add_argument("queue", metavar="QUEUE", help="queue name")
         if table:
-            p.add_argument("--json", action="store_true", help="JSON lines, one per row")
+            p.add_argument("--json", action="store_true",
+                           help="JSON lines, one per row (default a table)")
         return p
 
     command("queues", "queues and their watermarks", queue=False)
     command("segments", "the segment table of a queue")
     command("tags", "a queue's tags: scope, cursors, lease counts")
     leases = command("leases", "lease rows of a queue")
-    leases.add_argument("--tag", help="only this tag")
-    leases.add_argument("--limit", type=int, help="at most this many rows")
+    leases.add_argument("--tag", help="only this tag (default every tag)")
+    leases.add_argument("--limit", type=int, metavar="N", help="at most this many rows "
+                        "(default all)")
     dump = command("dump", "messages as JSON lines", table=False)
     where = dump.add_mutually_exclusive_group()
     where.add_argument("--segment", type=int, metavar="SEQ",
-                       help="the segment holding this seq (a first seq from `segments`)")
-    where.add_argument("--since", metavar="TIME", help="produced at or after (ms or ISO-8601)")
-    dump.add_argument("--until", metavar="TIME", help="produced before (ms or ISO-8601)")
-    dump.add_argument("--tag", help="add each message's state for this tag")
+                       help="the segment holding this seq, a first seq from `segments` "
+                            "(default every segment)")
+    where.add_argument("--since", metavar="TIME",
+                       help="produced at or after, epoch ms or ISO-8601 (default no bound)")
+    dump.add_argument("--until", metavar="TIME",
+                      help="produced before, epoch ms or ISO-8601 (default no bound)")
+    dump.add_argument("--tag", help="add each message's state for this tag (default none)")
     dump.add_argument("--at", metavar="TIME",
                       help="with --tag: states at this time (default: now, the later of the "
                            "wall clock and the engine clock)")
-    dump.add_argument("--limit", type=int, help="at most this many messages")
+    dump.add_argument("--limit", type=int, metavar="N",
+                      help="at most this many messages (default all)")
     check = command("verify", "re-check records, time index, segments and leases; "
                     "exit 1 on damage", queue=False)
-    check.add_argument("queues", nargs="*", metavar="QUEUE", help="only these queues")
-    check.add_argument("--quiet", action="store_true", help="only the summary")
+    check.add_argument("queues", nargs="*", metavar="QUEUE",
+                       help="only these queues (default every queue)")
+    check.add_argument("--quiet", action="store_true",
+                       help="only the summary (default every finding)")
     parser.set_defaults(run=run_inspect)
     return parser
 

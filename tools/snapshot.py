@@ -47,6 +47,7 @@ from lamina.engine.records import PREFIX
 from lamina.engine.state import (
     DEAD_MARK,
     DEFAULT_LANE,
+    ENDED_DELETED,
     LANE_RANGE,
     LEASED,
     Lease,
@@ -274,6 +275,8 @@ class Snapshot:
         t.leases = {}
         t.locked, t.heads = {}, {}
         for seq, lease in self.leases(q, t):
+            if lease.state == ENDED_DELETED:
+                continue  # on disk only, for peek (engine/state.py)
             t.leases[seq] = lease
             if lease.state == LEASED and lease.lane == DEFAULT_LANE:
                 stored = self.store.log.get(keys.log_key(q.id, lease.lane, seq))

@@ -31,6 +31,7 @@ from lamina.engine.state import (
     ENDED_AHEAD,
     ENDED_DEAD,
     LEASED,
+    Lease,
     QueueState,
     TagState,
 )
@@ -95,6 +96,10 @@ class TagStates:
             if head is not None and head < seq or head is None and not self._topic_gate(
                     topic, seq):
                 return "parked", 0, None, None
+        row = self.snapshot.store.leases.get(keys.lease_key(self.q.id, t.id, seq))
+        if row is not None:  # deleted after delivery: its count is kept on disk
+            deleted = Lease.decode(row)
+            return "deleted", deleted.count, deleted.first or None, None
         return "deleted", 0, None, None
 
     def _active_or_parked(self, topic: int, seq: int) -> str:

@@ -47,6 +47,7 @@ from lamina.engine.state import (
     DEFAULT_LANE,
     ENDED_AHEAD,
     ENDED_DEAD,
+    ENDED_DELETED,
     LANES,
     LEASED,
     Lease,
@@ -546,11 +547,14 @@ class _QueueCheck:
                 found(DAMAGE, "lease.decode", where, f"{len(value)} bytes")
                 continue
             lease = Lease.decode(value)
-            if lease.state not in (LEASED, ENDED_AHEAD, ENDED_DEAD) or not 1 <= lease.lane <= LANES:
+            if lease.state not in (LEASED, ENDED_AHEAD, ENDED_DEAD, ENDED_DELETED) or \
+                    not 1 <= lease.lane <= LANES:
                 found(DAMAGE, "lease.decode", where,
                       f"state {lease.state}, lane {lease.lane}")
                 continue
             if seq < q.gone_seq:
+                if lease.state == ENDED_DELETED:
+                    continue  # kept for peek's count until its segment is reclaimed
                 found(WARNING, "lease.below_gone", where,
                       f"below gone_seq {q.gone_seq} (dropped when gone_seq next rises)")
             elif store.log.get(keys.log_key(q.id, lease.lane, seq)) is None:

@@ -197,6 +197,7 @@ def filter_matches(flt: dict[str, Any] | None, attributes: dict[str, Any] | None
 
 # What a tag did to a message (TagMsg.status).
 NEW, LEASED, DELETED, DEAD = "never-delivered", "leased", "deleted", "dead"
+SEALED = "sealed"  # a DEAD message's copy: it ended before a rewind of the DLQ revived it
 # Categories (DESIGN.md §2 words; peek's states).
 ACTIVE, INFLIGHT, DELAYED, PARKED, ENDED = "active", "inflight", "delayed", "parked", "ended"
 
@@ -219,7 +220,7 @@ class TagMsg:
     unpark: int | None = None
     cat: str | None = None      # the category last computed (None: not computed yet)
     taken: bool = False         # delivered since it last became never-delivered
-    copy: Any = None            # DEAD: (dlq, copy ModelMessage), or the PendingCopy
+    copy: Any = None            # DEAD: (dlq, copy ModelMessage), the PendingCopy or SEALED
 
     def key(self, m: ModelMessage, reached: bool = True) -> tuple[int, int, int]:
         """(group, time or priority, seq): Active again (group 0) before never-delivered.
@@ -563,7 +564,13 @@ class Model:
 
     def rewind(self, q: ModelQueue, time: int, tags: list[ModelTag], now: int) -> None:
         """DESIGN.md §2 "Rewind": from max(time, start) on, every message the tag receives
-        that is not Inflight becomes never-delivered again with dequeue_count 0."""
+        that is not Inflight becomes never-delivered again with dequeue_count 0. A dead
+        letter whose copy in ``q`` has ended stays Ended (decided, finding 19): the copy
+        made deliverable again is an ordinary DLQ message, a redrive skips it as gone."""
+        for src in self.queues.values():
+            for x in (x for m in src.messages for x in m.per.values() if x.status == DEAD):
+                if isinstance(x.copy, tuple) and x.copy[0] is q and self.copy_ended(x.copy):
+                    x.copy = SEALED
         for t in tags:
             since = max(time, t.start_ms)
             for m, x, cat in self.categories(q, t, now):
@@ -573,6 +580,8 @@ class Model:
 
     def copy_ended(self, copy: Any) -> bool:
         """Whether a DLQ copy is Ended for the DLQ's ``default`` tag or gone."""
+        if copy is SEALED:
+            return True
         if isinstance(copy, PendingCopy):
             return False  # a move whose copy the model has not seen yet: it is new
         dlq, copy = copy
@@ -610,7 +619,7 @@ class Model:
         if t is None or t is not copy.dead_tag:
             return None
         x = self.view(t, original)
-        if x.status == LEASED and x.due > now:
+        if x.status == LEASED and x.due > now or x.status == DEAD and x.copy is SEALED:
             return None
         return src, t, original
 

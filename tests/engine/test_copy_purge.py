@@ -3,6 +3,7 @@
 import pytest
 
 from lamina.engine import (
+    InvalidArgument,
     InvalidQueueName,
     QueueAlreadyExists,
     QueueNotFound,
@@ -75,10 +76,15 @@ def test_copy_is_another_source_of_the_same_dlq(engine, source):
     assert [c.message.dead[0] for c in copies] == ["cp"]
 
 
-@pytest.mark.parametrize("name", ["", "1abc", "a" * 65, "has space", 7])
+@pytest.mark.parametrize("name", ["", "1abc", "a" * 65, "has space"])
 def test_copy_to_an_invalid_name_is_invalid_queue_name(engine, source, name):
     with pytest.raises(InvalidQueueName):
         engine.copy_queue(name, source)
+
+
+def test_copy_to_a_name_that_is_not_text_is_invalid_argument(engine, source):
+    with pytest.raises(InvalidArgument):
+        engine.copy_queue(7, source)
 
 
 @pytest.mark.parametrize("name", ["src", "SRC", "dlq"])

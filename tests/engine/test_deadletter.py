@@ -363,7 +363,7 @@ def test_redrive_narrows_by_source_time_and_max(engine, dlq, clock):
 
 @pytest.mark.parametrize("args, field", [
     ({"max": 0}, "max"), ({"max": 100_001}, "max"), ({"since": -1}, "since"),
-    ({"until": "x"}, "until"), ({"dry_run": 1}, "dry_run"), ({"source": "bad name"}, "source"),
+    ({"until": "x"}, "until"), ({"dry_run": 1}, "dry_run"), ({"source": 7}, "source"),
 ])
 def test_redrive_arguments_are_checked(engine, dlq, args, field):
     with pytest.raises(InvalidArgument) as caught:
@@ -587,3 +587,32 @@ def test_a_redriven_topic_message_heads_its_topic_again(engine, dlq, clock):
     (a,) = engine.receive(src, max=5)
     assert a.body == b"a" and engine.delete(src, [a.receipt]) == [None]
     assert bodies(engine.receive(src, max=5)) == [b"c"]
+
+
+# -- a dead letter whose copy ended (decided: model finding 19) -----------------------------
+
+def test_a_dead_letter_whose_copy_is_deleted_is_gone_from_its_queue_at_once(engine, dlq,
+                                                                            clock):
+    make_source(engine)
+    engine.send("src", [b"m"])
+    clock.advance(1)  # produced before now: gone_seq may pass it once it is Ended
+    engine.dead("src", [d.receipt for d in engine.receive("src")])
+    assert engine.queue_depths()["src"] == 1  # the copy is alive: a redrive needs it
+    engine.delete("dlq", [d.receipt for d in engine.receive("dlq")])
+    assert engine.queue_depths()["src"] == 0  # in that same operation, not a later one
+
+
+def test_a_rewind_of_the_dlq_does_not_bring_back_an_original_whose_copy_ended(engine, clock):
+    engine.create_queue("dlq", {"rewind": 60})
+    make_source(engine, max_receives=2)
+    engine.send("src", [b"first", b"second"])
+    first, second = engine.receive("src", max=2)
+    engine.dead("src", [second.receipt])  # "first" stays in flight: gone_seq stays below
+    engine.delete("dlq", [d.receipt for d in engine.receive("dlq")])
+    clock.advance(1000)
+    engine.rewind("dlq", clock() - 10_000)
+    assert [p.message.body for p in engine.peek("dlq").messages] == [b"second"]  # deliverable
+    assert engine.redrive("dlq") == Redriven(0, 1)  # reported gone, the copy left in the DLQ
+    assert [p.message.body for p in engine.peek("dlq", start=0).messages] == [b"second"]
+    engine.change_visibility("src", [(first.receipt, 0)])
+    assert bodies(engine.receive("src", max=10)) == [b"first"]

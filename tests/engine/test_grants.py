@@ -273,3 +273,21 @@ def test_list_grants_on_a_queue_needs_grant_there(engine):
         engine.list_grants(queue="q", caller="k")
     engine.grant("q", "k", ["grant"])
     assert [g.key for g in engine.list_grants(queue="q", caller="k")] == ["k", "o"]
+
+
+def test_a_non_admin_listing_another_keys_grants_is_denied(engine):
+    engine.create_queue("q")
+    engine.grant("q", "k", ["send"])
+    engine.grant("q", "other", ["peek"])
+    with pytest.raises(AccessDenied) as denied:
+        engine.list_grants(key="other", caller="k")
+    assert denied.value.field == "key"
+    assert engine.list_grants(key="k", caller="k") == [Grant("q", "k", ["send"])]
+    assert engine.list_grants(caller="k") == [Grant("q", "k", ["send"])]
+
+
+def test_a_non_admin_with_grant_on_a_queue_lists_another_keys_grants_there(engine):
+    engine.create_queue("q")
+    engine.grant("q", "k", ["send", "grant"])
+    engine.grant("q", "other", ["peek"])
+    assert engine.list_grants("q", key="other", caller="k") == [Grant("q", "other", ["peek"])]

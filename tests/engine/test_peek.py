@@ -351,3 +351,42 @@ def test_delete_by_id_outside_the_tags_filter_is_message_not_found(engine, q):
     results = engine.delete_by_id(q, [s.id for s in sent], tag="f")
     assert isinstance(results[0], MessageNotFound) and results[1] is None
     assert engine.receive(q, tag="f") == []
+
+
+def test_peek_shows_the_dequeue_count_of_a_message_received_then_deleted(engine, clock):
+    engine.create_queue("q", {"rewind": 60})  # the window keeps deleted messages retained
+    engine.send("q", [b"once", b"twice"])
+    engine.delete("q", [d.receipt for d in engine.receive("q", max=1)])
+    engine.receive("q", visibility_timeout=1)
+    clock.advance(1500)
+    [again] = engine.receive("q")
+    engine.delete("q", [again.receipt])
+    peeked = {p.message.body: p for p in engine.peek("q", start=0, max=10).messages}
+    assert (peeked[b"once"].state, peeked[b"once"].dequeue_count) == ("deleted", 1)
+    assert (peeked[b"twice"].state, peeked[b"twice"].dequeue_count) == ("deleted", 2)
+    assert peeked[b"twice"].first_dequeue_time == clock() - 1500
+    by_id = engine.peek("q", ids=[peeked[b"twice"].message.id]).messages[0]
+    assert by_id.dequeue_count == 2
+
+
+def test_a_rewind_resets_the_count_a_deleted_message_showed(engine, clock):
+    engine.create_queue("q", {"rewind": 60})
+    engine.send("q", [b"m"])
+    engine.delete("q", [d.receipt for d in engine.receive("q")])
+    clock.advance(1000)
+    engine.rewind("q", clock() - 5000)
+    [peeked] = engine.peek("q", start=0).messages
+    assert (peeked.state, peeked.dequeue_count) == ("active", 0)
+    engine.delete("q", [d.receipt for d in engine.receive("q")])
+    [peeked] = engine.peek("q", start=0).messages
+    assert (peeked.state, peeked.dequeue_count) == ("deleted", 1)
+
+
+def test_the_count_of_a_deleted_message_survives_a_reopen(open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"rewind": 60})
+    engine.send("q", [b"m"])
+    engine.delete("q", [d.receipt for d in engine.receive("q")])
+    engine.close()
+    [peeked] = open_engine().peek("q", start=0).messages
+    assert (peeked.state, peeked.dequeue_count) == ("deleted", 1)

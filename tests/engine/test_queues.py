@@ -43,10 +43,24 @@ def test_queue_names_are_unique_ignoring_case(engine):
     assert engine.get_queue("ORDERS").queue == "Orders"
 
 
-@pytest.mark.parametrize("name", ["", "1abc", "a" * 65, "has space", "dot.ted", 7, None])
+@pytest.mark.parametrize("name", ["", "1abc", "a" * 65, "has space", "dot.ted"])
 def test_invalid_queue_names_are_refused(engine, name):
     with pytest.raises(InvalidQueueName):
         engine.create_queue(name)
+
+
+@pytest.mark.parametrize("name", [7, None, b"bytes"])
+def test_a_queue_that_is_not_text_is_invalid_argument(engine, name):
+    with pytest.raises(InvalidArgument):
+        engine.create_queue(name)
+    with pytest.raises(InvalidArgument):
+        engine.get_queue(name)
+
+
+@pytest.mark.parametrize("name", ["1abc", "has space", "a" * 65])
+def test_a_lookup_judges_no_name(engine, name):
+    with pytest.raises(QueueNotFound):
+        engine.get_queue(name)
 
 
 @pytest.mark.parametrize("attributes, field", [

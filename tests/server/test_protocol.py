@@ -254,9 +254,15 @@ def test_nan_argument_is_invalid_argument_naming_field() -> None:
 
 
 def test_infinite_float_deep_inside_names_the_top_level_field() -> None:
+    args = {"queue": "q", "attributes": {"redrive": {"dlq": "d", "max_receives": float("inf")}}}
+    [event] = greeted_server().receive_data(request(1, "create_queue", args))
+    assert isinstance(event, RejectedRequest) and event.error.field == "attributes"
+
+
+def test_a_bad_value_inside_one_batch_entry_is_left_for_that_entry_alone() -> None:
     args = {"queue": "q", "messages": [b"ok", {1: b"body", 2: {"weight": float("-inf")}}]}
     [event] = greeted_server().receive_data(request(1, "send", args))
-    assert isinstance(event, RejectedRequest) and event.error.field == "messages"
+    assert isinstance(event, Request) and event.args == args
 
 
 @pytest.mark.parametrize(

@@ -144,6 +144,18 @@ def test_peek_pages_and_ids(server: Any, lamina: Any) -> None:
     assert ran.code == 1 and "MessageNotFound" in ran.err and ids[0] in ran.out
 
 
+def test_peek_shows_the_dequeues_of_a_message_received_once_then_deleted(
+        server: Any, lamina: Any) -> None:
+    lamina(server, "queue", "create", "q", "rewind=60")  # deleted messages stay retained
+    lamina(server, "send", "q", "first", "second")
+    lamina(server, "receive", "q", "--delete")
+    peeked = lamina(server, "peek", "q", "--start", "0", "--json").json()["messages"]
+    assert [(m["state"], m["dequeue_count"]) for m in peeked] == [("deleted", 1), ("active", 0)]
+    table = lamina(server, "peek", "q", "--start", "0")
+    deleted_row = next(line for line in table.out.splitlines() if "deleted" in line)
+    assert " 1 " in deleted_row
+
+
 # --- tags, rewind, redrive, stats ------------------------------------------------------------------
 
 

@@ -1,0 +1,165 @@
+"""Getting past a failed write without a restart: a full disk, no file descriptors left.
+
+Once RocksDB fails a write (its WAL append, or creating a new WAL file), it keeps that
+background error and refuses every later write until the database is reopened (rocksdict
+does not expose ``DB::Resume``). So:
+
+1. The failed batch is dropped. Memory was changed ahead of it (operations change memory,
+   then write), so what the batch would have changed is rebuilt from the store, which never
+   saw it: the queues its keys name, and the caches of rows shared by all queues (grants,
+   topic ids, daily counters, id counters). Nothing else can differ, so nothing else is
+   reloaded. The store is marked broken.
+2. Before a later operation (at most every ``REOPEN_INTERVAL_S``), once the data directory's
+   file system has room for what a reopen writes (the WAL it replays, plus a margin), the
+   store is closed and opened again; the queues touched by failed batches are rebuilt once
+   more from the reopened store. Until then each write fails at once with the same error
+   (``Unavailable``, nothing changed) and reads are answered.
+3. If a reopen fails (the room was not enough, or descriptors are still short), the store
+   stays closed and every operation answers ``Unavailable`` until a later attempt opens it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import time
+from typing import TYPE_CHECKING, Any, Iterable
+
+import cbor2
+
+from . import keys
+from .errors import Unavailable
+from .store import Store
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .state import QueueState
+
+log = logging.getLogger("lamina.engine")
+
+#: Least time between two attempts to reopen a store whose writes failed.
+REOPEN_INTERVAL_S = 0.5
+#: Free bytes a reopen needs besides replaying the WAL (a manifest, an options file).
+REOPEN_MARGIN_BYTES = 1 << 20
+
+_U32 = struct.Struct(">I")
+#: Meta rows keyed ``prefix | queue id | ...`` (keys.py): watermarks, definitions of queues
+#: and tags, topic names, parked-topic markers, daily counters.
+_QUEUE_META_PREFIXES = frozenset(b"WQTPKD")
+
+
+def queues_named_by(written: Iterable[bytes]) -> set[int]:
+    """Every queue id a written key may belong to. Keys of the data families start with the
+    queue id, queue rows of ``meta`` with a letter and then the id; a key is read both ways
+    (the family is not known here), which can only name more queues than needed."""
+    ids: set[int] = set()
+    for key in written:
+        if len(key) >= 4:
+            ids.add(_U32.unpack_from(key)[0])
+        if len(key) >= 5 and key[0] in _QUEUE_META_PREFIXES:
+            ids.add(_U32.unpack_from(key, 1)[0])
+    return ids
+
+
+class StoreRecovery:
+    """The part of ``EngineCore`` that survives failed writes (module docstring)."""
+
+    if TYPE_CHECKING:
+        path: Path
+        _store: Store
+        _queues: dict[int, QueueState]
+        _queue_names: dict[str, int]
+        _dirty_counters: set[tuple[int, int, int]]
+        _grant_cache: Any
+        _topic_ids: Any
+        _counter_cache: Any
+        _next_queue_id: int
+        _next_tag_id: int
+
+        def _load_queue(self, queue_id: int, definition: dict[str, Any]) -> QueueState: ...
+
+    def _init_recovery(self) -> None:
+        self._broken: str | None = None  # the error of the failed write, while not recovered
+        self._store_open = True
+        self._failed_queues: set[int] = set()
+        self._next_reopen_s = 0.0
+
+    def _write_failed(self, exc: Exception) -> None:
+        """Rule 1: drop the pending batch and rebuild what it would have changed."""
+        store = self._store
+        touched = queues_named_by(store.written)
+        store.discard()
+        self._broken = str(exc) or type(exc).__name__
+        self._failed_queues |= touched
+        log.error("storage write failed: %s", self._broken,
+                  extra={"event": "write_failed", "queues": len(touched)})
+        self._reload(touched)
+
+    def _reload(self, queue_ids: Iterable[int]) -> None:
+        """Rebuild the given queues (and the caches of shared rows) from the store."""
+        self._dirty_counters.clear()
+        self._grant_cache = self._topic_ids = self._counter_cache = None
+        meta = self._store.meta
+        ids = meta.get(keys.META_IDS)
+        self._next_queue_id, self._next_tag_id = (
+            (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
+        for queue_id in queue_ids:
+            old = self._queues.pop(queue_id, None)
+            if old is not None and self._queue_names.get(old.name.lower()) == queue_id:
+                del self._queue_names[old.name.lower()]
+            definition = meta.get(keys.queue_def_key(queue_id))
+            if definition is not None:
+                self._load_queue(queue_id, cbor2.loads(definition))
+
+    def _ensure_store(self) -> None:
+        """Rules 2 and 3, before an operation while the store is broken."""
+        now_s = time.monotonic()
+        if now_s >= self._next_reopen_s and (not self._store_open or self._room_to_reopen()):
+            self._next_reopen_s = now_s + REOPEN_INTERVAL_S
+            self._reopen()
+        if not self._store_open:
+            raise Unavailable(f"storage unavailable, nothing changed: {self._broken}")
+
+    def _room_to_reopen(self) -> bool:
+        """Whether the file system has room for a reopen: replaying the WAL into tables."""
+        db = self.path / "db"
+        try:
+            wal_bytes = sum(entry.stat().st_size for entry in os.scandir(db)
+                            if entry.name.endswith(".log"))
+            return shutil.disk_usage(db).free >= wal_bytes + REOPEN_MARGIN_BYTES
+        except OSError:  # e.g. no file descriptor to list the directory with
+            return False
+
+    def _reopen(self) -> None:
+        if self._store_open:
+            self._store_open = False
+            try:
+                self._store.close()
+            except Exception as exc:  # it reports the background error, and closes
+                log.info("closing the failed store: %s", exc, extra={"event": "store_closed"})
+        try:
+            self._store = Store(self.path / "db")
+        except Exception as exc:
+            self._broken = str(exc) or type(exc).__name__
+            log.error("reopening the store failed: %s", exc,
+                      extra={"event": "reopen_failed"})
+            return
+        self._store_open = True
+        self._reload(self._failed_queues)
+        self._failed_queues.clear()
+        self._broken = None
+        log.warning("storage writable again after reopening the store",
+                    extra={"event": "store_recovered"})
+
+    def _close_store(self) -> None:
+        """Close the store whatever state it is in (a failed store reports its error)."""
+        if not self._store_open:
+            return
+        self._store_open = False
+        try:
+            self._store.close()
+        except Exception as exc:
+            log.warning("closing the store: %s", exc, extra={"event": "store_closed"})
