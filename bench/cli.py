@@ -36,9 +36,21 @@ Run the issue-4 workloads against a Lamina server and report throughput, latency
 
 By default every run starts its own `lamina serve` on a fresh temporary directory (with
 --fsync if given) and stops it after; --server HOST:PORT uses a running one instead.
+
+SQS workloads (boto3 clients, against any SQS endpoint; 256-byte bodies):
+  sqs-send     4 processes, SendMessageBatch of 10, 20,000 messages
+  sqs-consume  4 processes, ReceiveMessage 10 + DeleteMessageBatch, pre-filled 20,000
+  sqs-rounds   one client: SendMessage, ReceiveMessage 1, DeleteMessage, 2,000 rounds
+  sqs-fifo     a FIFO queue, 100 message groups: batches of 10 sent, then consumed
+  sqs          those four
+They run against a `lamina serve --sqs-port` the bench starts, --endpoint URL, or a peer
+server (--start elasticmq|localstack|moto); --against NAME runs a peer alternately beside the
+first system and compares them.
 """
 
 WORKLOAD_NAMES = ("w1", "w2", "w3", "w4", "idle")  # "all"; "cost" only by name
+SQS_WORKLOAD_NAMES = ("sqs-send", "sqs-consume", "sqs-rounds", "sqs-fifo")  # "sqs": the four
+SQS_PEERS = ("elasticmq", "localstack", "moto")
 
 
 def _poll_window(text: str) -> int:
@@ -59,14 +71,17 @@ def add_bench_command(commands: Any) -> None:
     parser = commands.add_parser(
         "bench", help="run the load-generator workloads (issue 4) against a server",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workloads", nargs="+", choices=(*WORKLOAD_NAMES, "cost", "all"),
+    parser.add_argument("workloads", nargs="+",
+                        choices=(*WORKLOAD_NAMES, "cost", "all", *SQS_WORKLOAD_NAMES, "sqs"),
                         metavar="WORKLOAD",
-                        help="w1 w2 w3 w4 idle (or all: those five), cost")
+                        help="w1 w2 w3 w4 idle (or all: those five), cost; sqs-send sqs-consume "
+                             "sqs-rounds sqs-fifo (or sqs: those four)")
     where = parser.add_argument_group("the server")
     where.add_argument("--server", type=parse_server, metavar="HOST:PORT",
                        help="use this running server (default: start one per run)")
     where.add_argument("--server-pid", type=int, metavar="PID",
-                       help="with --server: its pid, for CPU, memory and --profile")
+                       help="with --server or --endpoint: its pid, for CPU, memory and "
+                            "--profile")
     where.add_argument("--fsync", action="store_true",
                        help="start the server with --fsync (and use the --fsync targets)")
     where.add_argument("--busy-poll-us", type=_poll_window, metavar="US",
@@ -74,10 +89,44 @@ def add_bench_command(commands: Any) -> None:
                             "default, 100)")
     where.add_argument("--data", type=Path, metavar="DIR",
                        help="data directory of the started server (default: a temporary one)")
+    sqs = parser.add_argument_group("the SQS workloads")
+    sqs.add_argument("--endpoint", metavar="URL",
+                     help="an SQS endpoint to use (--server-pid: its server's pid, for CPU)")
+    sqs.add_argument("--start", choices=("lamina", *SQS_PEERS),
+                     help="start this server for the command (default without --endpoint: "
+                          "lamina serve --sqs-port)")
+    sqs.add_argument("--against", choices=SQS_PEERS,
+                     help="also start this peer server and run each workload on both, "
+                          "alternately, then compare")
+    sqs.add_argument("--python", metavar="PATH",
+                     help="interpreter of the SQS client processes (it needs boto3; default: "
+                          "this one)")
+    sqs.add_argument("--peer-python", metavar="PATH",
+                     help="interpreter of the clients of --against's server (default: the "
+                          "Query-protocol boto3 of the peers' set-up for elasticmq, else this "
+                          "one)")
+    sqs.add_argument("--server-python", metavar="PATH",
+                     help="interpreter whose lamina to start (default: this one)")
+    sqs.add_argument("--peers-script", type=Path, metavar="PATH",
+                     help="script that starts and stops the peer servers (default: "
+                          "shared/peers/sqs/servers.sh beside the repository)")
+    sqs.add_argument("--region", default="us-east-1", help="SigV4 region (default us-east-1)")
+    sqs.add_argument("--access-key", metavar="ID",
+                     help="access key id (default: $AWS_ACCESS_KEY_ID, else 'test')")
+    sqs.add_argument("--secret-key", metavar="SECRET",
+                     help="secret access key (default: $AWS_SECRET_ACCESS_KEY, else 'test')")
+    sqs.add_argument("--groups", type=int, default=100,
+                     help="sqs-fifo message groups (default 100)")
+    sqs.add_argument("--warmup", type=int, default=2000, metavar="N",
+                     help="messages each started system first sends and consumes unmeasured "
+                          "(default 2000; 0: none)")
     sizes = parser.add_argument_group("workload sizes (default: the issue's)")
-    sizes.add_argument("--processes", type=int, help="client processes (w1, w2; default 4)")
+    sizes.add_argument("--processes", type=int,
+                       help="client processes (w1, w2, sqs-send, sqs-consume, sqs-fifo; "
+                            "default 4)")
     sizes.add_argument("--messages", type=int,
-                       help="messages (w1, w2: 200,000; w4: 20,000)")
+                       help="messages (w1, w2: 200,000; w4: 20,000; sqs-send, sqs-consume, "
+                            "sqs-fifo: 20,000; rounds of sqs-rounds: 2,000)")
     sizes.add_argument("--batch", type=int,
                        help="messages per send (w1) or receive (w2, w3); default 16")
     sizes.add_argument("--body-bytes", type=int, default=256, help="body size (default 256)")
@@ -137,13 +186,32 @@ def run_bench(args: argparse.Namespace) -> int:
     from .loadgen import BenchError, import_hdrhistogram
     try:
         import_hdrhistogram()
-        return _run(args)
+        sqs = [n for n in args.workloads if n == "sqs" or n in SQS_WORKLOAD_NAMES]
+        if not sqs:
+            return _run(args)
+        if len(sqs) != len(args.workloads):
+            raise BenchError("the SQS workloads run in a command of their own")
+        return _run_sqs(args)
     except BenchError as exc:
         _log(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
         _log("interrupted")
         return 130
+
+
+def _run_sqs(args: argparse.Namespace) -> int:
+    from .loadgen import BenchError
+    from .sqsrun import DEFAULT_PEERS_SCRIPT, run_sqs
+    if args.server is not None or args.plot is not None or args.profile is not None:
+        raise BenchError("--server, --plot and --profile are for the Lamina protocol workloads; "
+                         "the SQS ones take --endpoint (or --start)")
+    if args.endpoint is not None and args.start is not None:
+        raise BenchError("--endpoint and --start both name the system to measure: give one")
+    names = (list(SQS_WORKLOAD_NAMES) if "sqs" in args.workloads
+             else list(dict.fromkeys(args.workloads)))
+    args.peers_script = args.peers_script or DEFAULT_PEERS_SCRIPT
+    return run_sqs(args, names)
 
 
 def _run(args: argparse.Namespace) -> int:
