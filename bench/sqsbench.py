@@ -143,14 +143,15 @@ def _answer(process: subprocess.Popen[str], log: Any, what: str) -> Any:
     except ValueError:
         answer = None
     if isinstance(answer, dict) and "error" in answer:
+        if answer["error"].startswith("ModuleNotFoundError") and "boto" in answer["error"]:
+            raise BenchError(f"the SQS workloads need boto3 in the clients' interpreter "
+                             f"({answer['error']}): pip install boto3, or --python PATH of "
+                             "one that has it")
         code = f" [{answer['code']}]" if answer.get("code") else ""
         raise _client_error(f"{what}: {answer['error']}{code}", answer.get("code"))
     if not isinstance(answer, dict):
         log.seek(0)
         tail = log.read()[-2000:].strip()
-        if "No module named 'boto3'" in tail:
-            raise BenchError("the SQS workloads need boto3 in the clients' interpreter "
-                             "(pip install boto3, or --python PATH of one that has it)")
         raise BenchError(f"{what}: the client process ended (exit code {process.wait()}): "
                          f"{tail or line!r}")
     return answer

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -137,6 +138,7 @@ def started_peer(name: str, args: argparse.Namespace, python: str | None) -> Ite
     finally:
         subprocess.run(["bash", str(script), "stop", name], env=environment,
                        capture_output=True, stdin=subprocess.DEVNULL)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def _endpoint(args: argparse.Namespace, name: str, url: str, pid: int | None,
