@@ -252,6 +252,19 @@ def _phase(result: WorkloadResult, label: str, series: SeriesFigures, run: Clien
                                      at_least=False))
 
 
+def _requests(result: WorkloadResult, run: ClientRun, names: tuple[str, ...],
+              t0_s: float | None = None) -> None:
+    """Each kind of request of a phase apart: its p50 and p99 (where a phase's time goes)."""
+    for name in names:
+        series = summarize(name, run.samples[name], t0_s=t0_s)
+        result.series.append(series)
+        result.figures.extend([
+            Figure(f"{name} request p50", series.percentiles_ms.get("p50", float("nan")), "ms",
+                   at_least=False),
+            Figure(f"{name} request p99", series.percentiles_ms.get("p99", float("nan")), "ms",
+                   at_least=False)])
+
+
 def _senders(url: str, messages: int, params: SqsParams, **extra: Any) -> list[dict[str, Any]]:
     return [{"kind": "send", "url": url, "messages": _share(messages, params.processes, i),
              "batch": _SQS_BATCH, "body_bytes": params.body_bytes, "index": i,
@@ -300,6 +313,7 @@ def run_consume(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
         run = run_clients(endpoint, _consumers(url, params), params)
         consume = summarize("receive+delete", run.samples["receive+delete"])
         _phase(result, "receive+delete", consume, run)
+        _requests(result, run, ("receive", "delete"))
         if consume.messages != messages:
             result.notes.append(f"consumed {consume.messages} of {messages} messages")
         _check_left(endpoint, url, 0, result, "after the consumers")
@@ -318,6 +332,7 @@ def run_rounds(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
                                       "wait_s": params.wait_s,
                                       "body_bytes": params.body_bytes}], params)
         _phase(result, "round", summarize("round", run.samples["round"]), run)
+        _requests(result, run, ("send", "receive", "delete"))
     finally:
         admin(endpoint, [{"op": "delete", "url": url}])
     return result
@@ -343,6 +358,7 @@ def run_fifo(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
         _phase(result, "send", summarize("send", sent.samples["send"], t0_s=t0), sent)
         consume = summarize("receive+delete", received.samples["receive+delete"], t0_s=t0)
         _phase(result, "receive+delete", consume, received)
+        _requests(result, received, ("receive", "delete"), t0_s=t0)
         result.figures.append(Figure("messages out of their group's order",
                                      received.out_of_order, "", at_least=False))
         if consume.messages != messages:

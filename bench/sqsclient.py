@@ -155,9 +155,10 @@ def send_worker(client: Any, job: Dict[str, Any]) -> Dict[str, Series]:
 def consume_worker(client: Any, job: Dict[str, Any]) -> Dict[str, Series]:
     """Receive up to ``batch`` (long poll of ``wait_s``) and delete them with one batch
     delete, until a receive comes back empty. A sample is one batch, from its receive to its
-    delete's answer. FIFO: counts messages seen out of their group's order."""
+    delete's answer (and, apart, each of the two requests). FIFO: counts messages seen out of
+    their group's order."""
     url, batch, wait_s = job["url"], job["batch"], job["wait_s"]
-    series = Series()
+    series, receives, deletes = Series(), Series(), Series()
     last_seen: Dict[str, int] = {}
     out_of_order = 0
     while True:
@@ -166,10 +167,14 @@ def consume_worker(client: Any, job: Dict[str, Any]) -> Dict[str, Series]:
                                           WaitTimeSeconds=wait_s).get("Messages", [])
         if not received:
             break
+        middle = clock_s()
         entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                    for i, m in enumerate(received)]
         answer = client.delete_message_batch(QueueUrl=url, Entries=entries)
-        series.add(begin, clock_s(), len(received))
+        end = clock_s()
+        series.add(begin, end, len(received))
+        receives.add(begin, middle, len(received))
+        deletes.add(middle, end, len(received))
         _failed(answer, "delete_message_batch")
         if job.get("fifo"):
             for message in received:
@@ -178,24 +183,31 @@ def consume_worker(client: Any, job: Dict[str, Any]) -> Dict[str, Series]:
                     out_of_order += 1
                 last_seen[group] = int(seq)
     series.out_of_order = out_of_order
-    return {"receive+delete": series}
+    return {"receive+delete": series, "receive": receives, "delete": deletes}
 
 
 def rounds_worker(client: Any, job: Dict[str, Any]) -> Dict[str, Series]:
     """``rounds`` unbatched round trips: send 1, receive it (long poll, so a server that
-    makes a message visible a moment later is not penalized by a retry storm), delete it."""
+    makes a message visible a moment later is not penalized by a retry storm), delete it. A
+    sample is a round (and, apart, each of its requests)."""
     url, payload = job["url"], job["payload"]
-    series = Series()
+    series, sends, receives, deletes = Series(), Series(), Series(), Series()
     for _ in range(job["rounds"]):
         begin = clock_s()
         client.send_message(QueueUrl=url, MessageBody=payload)
+        sent = clock_s()
         received: List[Any] = []
         while not received:
             received = client.receive_message(QueueUrl=url, MaxNumberOfMessages=1,
                                               WaitTimeSeconds=job["wait_s"]).get("Messages", [])
+        got = clock_s()
         client.delete_message(QueueUrl=url, ReceiptHandle=received[0]["ReceiptHandle"])
-        series.add(begin, clock_s(), 1)
-    return {"round": series}
+        end = clock_s()
+        series.add(begin, end, 1)
+        sends.add(begin, sent, 1)
+        receives.add(sent, got, 1)
+        deletes.add(got, end, 1)
+    return {"round": series, "send": sends, "receive": receives, "delete": deletes}
 
 
 WORKERS: Dict[str, Callable[[Any, Dict[str, Any]], Dict[str, Series]]] = {

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -195,7 +195,7 @@ def run_sqs(args: argparse.Namespace, names: list[str]) -> int:
         systems = _systems(args, stack)
         if args.warmup > 0:
             for endpoint in systems:
-                warm = SqsParams(**{**params.__dict__, "messages": args.warmup})
+                warm = replace(params, messages=args.warmup)
                 for name in _WARMUP_WORKLOADS:
                     SQS_WORKLOADS[name].run(endpoint, warm)
                 _log(f"{endpoint.name}: warmed up ({args.warmup} messages sent and consumed)")
