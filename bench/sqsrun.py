@@ -82,9 +82,11 @@ def started_lamina(args: argparse.Namespace) -> Iterator[Endpoint]:
     """``lamina serve --sqs-port P`` on a fresh data directory (``--server-python``'s lamina)."""
     from .spawn import SpawnedServer
     port = _free_port()
+    extra = ("--sqs-port", str(port)) + (() if args.busy_poll_us is None
+                                         else ("--busy-poll-us", str(args.busy_poll_us)))
     try:
         server = SpawnedServer.start(fsync=args.fsync, data=args.data, python=args.server_python,
-                                     extra_args=("--sqs-port", str(port)))
+                                     extra_args=extra)
     except RuntimeError as exc:
         if "--sqs-port" in str(exc):
             raise BenchError("this lamina has no SQS gateway (lamina serve --sqs-port); give "
