@@ -190,8 +190,11 @@ def run_clients(endpoint: Endpoint, jobs: list[dict[str, Any]], params: SqsParam
     collect their samples; the server's CPU is read at the release and after the last answer."""
     started = [_spawn(endpoint, endpoint.job(mode="worker", **job), params.client_nice)
                for job in jobs]
-    timer = threading.Timer(params.timeout_s + _READY_TIMEOUT_S,
-                            lambda: [p.kill() for p, _ in started])
+    def kill_all() -> None:
+        for process, _ in started:
+            process.kill()
+
+    timer = threading.Timer(params.timeout_s + _READY_TIMEOUT_S, kill_all)
     timer.start()
     run = ClientRun()
     try:

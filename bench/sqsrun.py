@@ -36,7 +36,7 @@ from .loadgen import BenchError
 from .sqsbench import SQS_WORKLOADS, Endpoint, SqsParams, SqsUnsupported
 from .workloads import WorkloadResult
 
-__all__ = ["PEERS", "DEFAULT_PEERS_SCRIPT", "run_sqs"]
+__all__ = ["DEFAULT_PEERS_SCRIPT", "PEERS", "Outcome", "print_sqs_json", "print_sqs_tables", "run_sqs"]
 
 #: Peer servers the script knows, with the environment variable naming each one's port.
 PEERS = {"elasticmq": "ELASTICMQ_PORT", "localstack": "LOCALSTACK_PORT", "moto": "MOTO_PORT"}
@@ -210,9 +210,9 @@ def run_sqs(args: argparse.Namespace, names: list[str]) -> int:
                              f"{name} on {endpoint.name} (run {attempt + 1}/{args.repeat})")
     chosen = list(outcomes.values())
     if args.json:
-        _print_json(chosen, [e.name for e in systems], sys.stdout)
+        print_sqs_json(chosen, [e.name for e in systems], sys.stdout)
     else:
-        _print_text(chosen, [e.name for e in systems], sys.stdout)
+        print_sqs_tables(chosen, [e.name for e in systems], sys.stdout)
     return 0
 
 
@@ -255,19 +255,21 @@ def _comparison(outcomes: list[Outcome], systems: list[str]) -> list[dict[str, A
     return rows
 
 
-def _print_json(outcomes: list[Outcome], systems: list[str], stream: IO[str]) -> None:
-    document = {"systems": systems, "results": [], "comparison": _comparison(outcomes, systems)}
+def print_sqs_json(outcomes: list[Outcome], systems: list[str], stream: IO[str]) -> None:
+    results: list[dict[str, Any]] = []
     for outcome in outcomes:
         median = outcome.median()
-        document["results"].append({
+        results.append({
             "system": outcome.system, "workload": outcome.workload,
             "unsupported": outcome.unsupported,
             "median": median.to_json() if median is not None else None,
             "runs_msg_s": [r.figures[0].value for r in outcome.runs]})
+    document = {"systems": systems, "results": results,
+                "comparison": _comparison(outcomes, systems)}
     stream.write(json.dumps(document, indent=2) + "\n")
 
 
-def _print_text(outcomes: list[Outcome], systems: list[str], stream: IO[str]) -> None:
+def print_sqs_tables(outcomes: list[Outcome], systems: list[str], stream: IO[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -301,5 +303,6 @@ def _print_text(outcomes: list[Outcome], systems: list[str], stream: IO[str]) ->
                            "[green]ahead[/]" if row["ahead"] else "[red]behind[/]")
         console.print(versus)
     for outcome in outcomes:
-        for note in (outcome.median().notes if outcome.median() else []):
+        median = outcome.median()
+        for note in median.notes if median is not None else []:
             console.print(f"note ({outcome.workload} on {outcome.system}): {note}", markup=False)

@@ -201,3 +201,29 @@ def test_server_cpu_counts_the_processes_under_it() -> None:
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
+
+
+def test_text_report_compares_median_runs_and_names_what_did_not_run() -> None:
+    import io
+
+    from lamina.bench.sqsrun import Outcome, print_sqs_tables
+    from lamina.bench.workloads import Figure, WorkloadResult
+
+    def run(msg_s: float, cpu_us: float) -> WorkloadResult:
+        return WorkloadResult("sqs-send", "SQS send", {}, False, figures=[
+            Figure("send msg/s", msg_s, "msg/s"),
+            Figure("send server CPU per message", cpu_us, "µs", at_least=False)])
+
+    outcomes = [Outcome("lamina", "sqs-send", [run(900, 50), run(1000, 60), run(5000, 40)]),
+                Outcome("elasticmq", "sqs-send", [run(800, 70)]),
+                Outcome("lamina", "sqs-fifo", [run(10, 1)]),
+                Outcome("elasticmq", "sqs-fifo", [], unsupported="elasticmq has no FIFO queues")]
+    out = io.StringIO()
+    print_sqs_tables(outcomes, ["lamina", "elasticmq"], out)
+    text = out.getvalue()
+    assert "900, 1,000, 5,000" in text  # every run listed, the median (1,000) reported
+    assert "elasticmq has no FIFO queues" in text
+    rows = [line for line in text.splitlines() if "send msg/s" in line and "1.25" in line]
+    assert rows and "ahead" in rows[0]  # 1,000 against 800
+    cpu = next(line for line in text.splitlines() if "server CPU" in line and "0.86" in line)
+    assert "ahead" in cpu  # 60 µs against 70: lower is ahead
