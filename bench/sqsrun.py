@@ -36,7 +36,8 @@ from .loadgen import BenchError
 from .sqsbench import SQS_WORKLOADS, Endpoint, SqsParams, SqsUnsupported
 from .workloads import WorkloadResult
 
-__all__ = ["DEFAULT_PEERS_SCRIPT", "PEERS", "Outcome", "print_sqs_json", "print_sqs_tables", "run_sqs"]
+__all__ = ["DEFAULT_PEERS_SCRIPT", "PEERS", "Outcome", "print_sqs_json", "print_sqs_tables",
+           "run_sqs"]
 
 #: Peer servers the script knows, with the environment variable naming each one's port.
 PEERS = {"elasticmq": "ELASTICMQ_PORT", "localstack": "LOCALSTACK_PORT", "moto": "MOTO_PORT"}
