@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .loadgen import BenchError, SeriesFigures, first_start, summarize
+from .workers import share
 from .workloads import Figure, WorkloadResult
 
 __all__ = ["Endpoint", "SQS_WORKLOADS", "SqsParams", "SqsUnsupported", "tree_cpu_seconds"]
@@ -190,7 +191,10 @@ def run_clients(endpoint: Endpoint, jobs: list[dict[str, Any]], params: SqsParam
     collect their samples; the server's CPU is read at the release and after the last answer."""
     started = [_spawn(endpoint, endpoint.job(mode="worker", **job), params.client_nice)
                for job in jobs]
+    timed_out = threading.Event()
+
     def kill_all() -> None:
+        timed_out.set()
         for process, _ in started:
             process.kill()
 
@@ -210,6 +214,11 @@ def run_clients(endpoint: Endpoint, jobs: list[dict[str, Any]], params: SqsParam
                    for (process, log), job in zip(started, jobs)]
         if cpu_before is not None and endpoint.server_pid is not None:
             run.server_cpu_s = tree_cpu_seconds(endpoint.server_pid) - cpu_before
+    except BenchError:
+        if timed_out.is_set():
+            raise BenchError(f"{endpoint.name}: the clients did not finish within "
+                             f"{params.timeout_s:.0f} s (--timeout)") from None
+        raise
     finally:
         timer.cancel()
         for process, log in started:
@@ -226,10 +235,6 @@ def run_clients(endpoint: Endpoint, jobs: list[dict[str, Any]], params: SqsParam
 
 
 # --- The workloads ------------------------------------------------------------------------------
-
-
-def _share(total: int, parts: int, index: int) -> int:
-    return total // parts + (1 if index < total % parts else 0)
 
 
 def _queue_name(workload: str, fifo: bool = False) -> str:
@@ -269,7 +274,7 @@ def _requests(result: WorkloadResult, run: ClientRun, names: tuple[str, ...],
 
 
 def _senders(url: str, messages: int, params: SqsParams, **extra: Any) -> list[dict[str, Any]]:
-    return [{"kind": "send", "url": url, "messages": _share(messages, params.processes, i),
+    return [{"kind": "send", "url": url, "messages": share(messages, params.processes, i),
              "batch": _SQS_BATCH, "body_bytes": params.body_bytes, "index": i,
              "workers": params.processes, **extra} for i in range(params.processes)]
 
