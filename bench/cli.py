@@ -146,7 +146,9 @@ def add_bench_command(commands: Any) -> None:
                        help="run the client processes at nice N (default 0: as the server)")
     output = parser.add_argument_group("runs and output")
     output.add_argument("--repeat", type=int, default=1,
-                        help="run each workload N times; report the best (default 1)")
+                        help="run each workload N times; report the best (SQS workloads: "
+                             "the median run by msg/s, the lower middle one of an even count; "
+                             "default 1)")
     output.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="write throughput and latency over time (several workloads: "
                              "OUT-w1.png, ...)")
