@@ -51,12 +51,24 @@ dnf install redis; macOS: brew install redis).
 
 The clients sleep on their sockets while waiting for answers, as applications' clients do;
 --client-poll-us makes w4's client poll instead (faster round trips, a core spent polling).
+
+SQS workloads (boto3 clients, against any SQS endpoint; 256-byte bodies):
+  sqs-send     4 processes, SendMessageBatch of 10, 20,000 messages
+  sqs-consume  4 processes, ReceiveMessage 10 + DeleteMessageBatch, pre-filled 20,000
+  sqs-rounds   one client: SendMessage, ReceiveMessage 1, DeleteMessage, 2,000 rounds
+  sqs-fifo     a FIFO queue, 100 message groups: batches of 10 sent, then consumed
+  sqs          those four
+They run against a `lamina serve --sqs-port` the bench starts, --endpoint URL, or a peer
+server (--start elasticmq|localstack|moto); --against NAME runs a peer alternately beside the
+first system and compares them.
 """
 
 #: The workloads a peer runs (``--against``); idle and cost measure Lamina alone.
 PEER_WORKLOADS = ("w1", "w2", "w3", "w4")
 
 WORKLOAD_NAMES = ("w1", "w2", "w3", "w4", "idle")  # "all"; "cost" only by name
+SQS_WORKLOAD_NAMES = ("sqs-send", "sqs-consume", "sqs-rounds", "sqs-fifo")  # "sqs": the four
+SQS_PEERS = ("elasticmq", "localstack", "moto")
 
 
 def _poll_window(text: str) -> int:
@@ -79,15 +91,17 @@ def add_bench_command(commands: Any) -> None:
     parser = commands.add_parser(
         "bench", help="run the load-generator workloads against a server",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workloads", nargs="+", choices=(*WORKLOAD_NAMES, "cost", "all"),
+    parser.add_argument("workloads", nargs="+",
+                        choices=(*WORKLOAD_NAMES, "cost", "all", *SQS_WORKLOAD_NAMES, "sqs"),
                         metavar="WORKLOAD",
-                        help="w1 w2 w3 w4 idle (or all: those five), cost")
+                        help="w1 w2 w3 w4 idle (or all: those five), cost; sqs-send sqs-consume "
+                             "sqs-rounds sqs-fifo (or sqs: those four)")
     where = parser.add_argument_group("the server")
     where.add_argument("--server", type=parse_server, metavar="HOST:PORT",
                        help="use this running server (default: start one per run)")
     where.add_argument("--server-pid", type=int, metavar="PID",
-                       help="with --server: its pid, for CPU, memory and --profile (default "
-                            "none: no server figures)")
+                       help="with --server or --endpoint: its pid, for CPU, memory and "
+                            "--profile (default none: no server figures)")
     where.add_argument("--fsync", action="store_true",
                        help="start the server with --fsync and use the --fsync targets "
                             "(default off)")
@@ -96,15 +110,48 @@ def add_bench_command(commands: Any) -> None:
                             "default, 100)")
     where.add_argument("--data", type=Path, metavar="DIR",
                        help="data directory of the started server (default: a temporary one)")
-    where.add_argument("--against", choices=tuple(PEER_NAMES), metavar="PEER",
-                       help="run w1-w4 on PEER too, alternating runs, and show both side by "
-                            f"side ({', '.join(PEER_NAMES)}: a private server on a free "
-                            "loopback port, started and stopped by the bench; default none)")
+    sqs = parser.add_argument_group("the SQS workloads")
+    sqs.add_argument("--endpoint", metavar="URL",
+                     help="an SQS endpoint to use (--server-pid: its server's pid, for CPU)")
+    sqs.add_argument("--start", choices=("lamina", *SQS_PEERS),
+                     help="start this server for the command (default without --endpoint: "
+                          "lamina serve --sqs-port)")
+    sqs.add_argument("--python", metavar="PATH",
+                     help="interpreter of the SQS client processes (it needs boto3; default: "
+                          "this one)")
+    sqs.add_argument("--peer-python", metavar="PATH",
+                     help="interpreter of the clients of --against's server (default: the "
+                          "Query-protocol boto3 of the peers' set-up for elasticmq, else this "
+                          "one)")
+    sqs.add_argument("--server-python", metavar="PATH",
+                     help="interpreter whose lamina to start (default: this one)")
+    sqs.add_argument("--peers-script", type=Path, metavar="PATH",
+                     help="script that starts and stops the peer servers (default: "
+                          "shared/peers/sqs/servers.sh beside the repository)")
+    sqs.add_argument("--region", default="us-east-1", metavar="REGION",
+                     help="SigV4 region (default us-east-1)")
+    sqs.add_argument("--access-key", metavar="ID",
+                     help="access key id (default: $AWS_ACCESS_KEY_ID, else 'test')")
+    sqs.add_argument("--secret-key", metavar="SECRET",
+                     help="secret access key (default: $AWS_SECRET_ACCESS_KEY, else 'test')")
+    sqs.add_argument("--groups", type=int, default=100, metavar="N",
+                     help="sqs-fifo message groups (default 100)")
+    sqs.add_argument("--warmup", type=int, default=2000, metavar="N",
+                     help="messages each started system first sends and consumes unmeasured "
+                          "(default 2000; 0: none)")
+    where.add_argument("--against", choices=(*PEER_NAMES, *SQS_PEERS), metavar="PEER",
+                       help="run the workloads on PEER too, alternating runs, and show both "
+                            f"side by side: {', '.join(PEER_NAMES)} for w1-w4 (a private "
+                            "server on a free loopback port, started and stopped by the bench), "
+                            f"{', '.join(SQS_PEERS)} for the SQS workloads (started by "
+                            "--peers-script); default none")
     sizes = parser.add_argument_group("workload sizes (default: the sizes listed above)")
     sizes.add_argument("--processes", type=int, metavar="N",
-                       help="client processes (w1, w2; default 4)")
+                       help="client processes (w1, w2, sqs-send, sqs-consume, sqs-fifo; "
+                            "default 4)")
     sizes.add_argument("--messages", type=int, metavar="N",
-                       help="messages (default w1, w2: 200,000; w4: 20,000)")
+                       help="messages (default w1, w2: 200,000; w4: 20,000; sqs-send, "
+                            "sqs-consume, sqs-fifo: 20,000; rounds of sqs-rounds: 2,000)")
     sizes.add_argument("--batch", type=int, metavar="N",
                        help="messages per send (w1) or receive (w2, w3); default 16")
     sizes.add_argument("--body-bytes", type=int, default=256, metavar="BYTES",
@@ -129,8 +176,9 @@ def add_bench_command(commands: Any) -> None:
                        help="run the client processes at nice N (default 0: as the server)")
     output = parser.add_argument_group("runs and output")
     output.add_argument("--repeat", type=int, default=1, metavar="N",
-                        help="run each workload N times; report the best (default 1; with "
-                             "--against, N runs of each system, alternated)")
+                        help="run each workload N times; report the best (SQS workloads: the "
+                             "median run by msg/s, the lower middle one of an even count; with "
+                             "--against, N runs of each system, alternated; default 1)")
     output.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="write throughput and latency over time (several workloads: "
                              "OUT-w1.png, ...; default none)")
@@ -171,13 +219,35 @@ def run_bench(args: argparse.Namespace) -> int:
     from .loadgen import BenchError, import_hdrhistogram
     try:
         import_hdrhistogram()
-        return _run(args)
+        sqs = [n for n in args.workloads if n == "sqs" or n in SQS_WORKLOAD_NAMES]
+        if not sqs:
+            return _run(args)
+        if len(sqs) != len(args.workloads):
+            raise BenchError("the SQS workloads run in a command of their own")
+        return _run_sqs(args)
     except BenchError as exc:
         _log(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
         _log("interrupted")
         return 130
+
+
+def _run_sqs(args: argparse.Namespace) -> int:
+    from .loadgen import BenchError
+    from .sqsrun import DEFAULT_PEERS_SCRIPT, run_sqs
+    if args.server is not None or args.plot is not None or args.profile is not None:
+        raise BenchError("--server, --plot and --profile are for the Lamina protocol workloads; "
+                         "the SQS ones take --endpoint (or --start)")
+    if args.against is not None and args.against not in SQS_PEERS:
+        raise BenchError(f"--against {args.against} runs w1-w4; the SQS workloads compare with "
+                         f"{', '.join(SQS_PEERS)}")
+    if args.endpoint is not None and args.start is not None:
+        raise BenchError("--endpoint and --start both name the system to measure: give one")
+    names = (list(SQS_WORKLOAD_NAMES) if "sqs" in args.workloads
+             else list(dict.fromkeys(args.workloads)))
+    args.peers_script = args.peers_script or DEFAULT_PEERS_SCRIPT
+    return run_sqs(args, names)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -188,6 +258,10 @@ def _run(args: argparse.Namespace) -> int:
     names = list(WORKLOAD_NAMES) if "all" in args.workloads else list(dict.fromkeys(args.workloads))
     peer = None
     if args.against is not None:
+        if args.against in SQS_PEERS:
+            from .peers import PEER_NAMES
+            raise BenchError(f"--against {args.against} is a peer for the SQS workloads; w1-w4 "
+                             f"compare with {', '.join(PEER_NAMES)}")
         others = [n for n in names if n not in PEER_WORKLOADS]
         if "all" in args.workloads:
             names = [n for n in names if n in PEER_WORKLOADS]

@@ -101,10 +101,11 @@ class SpawnedServer:
 
     @classmethod
     def start(cls, *, fsync: bool = False, data: Path | None = None,
-              extra_args: tuple[str, ...] = ()) -> SpawnedServer:
+              extra_args: tuple[str, ...] = (), python: str | None = None) -> SpawnedServer:
+        """``python``: the interpreter whose ``lamina`` to run (default: this one's)."""
         temporary = data is None
         folder = Path(tempfile.mkdtemp(prefix="lamina-bench-")) if data is None else data
-        command = [sys.executable, "-m", "lamina.tools.cli", "serve", "--data", str(folder),
+        command = [python or sys.executable, "-m", "lamina.tools.cli", "serve", "--data", str(folder),
                    "--host", "127.0.0.1", "--port", "0", *(["--fsync"] if fsync else []),
                    *extra_args]
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
