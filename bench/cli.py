@@ -112,7 +112,8 @@ def add_bench_command(commands: Any) -> None:
                        help="data directory of the started server (default: a temporary one)")
     sqs = parser.add_argument_group("the SQS workloads")
     sqs.add_argument("--endpoint", metavar="URL",
-                     help="an SQS endpoint to use (--server-pid: its server's pid, for CPU)")
+                     help="an SQS endpoint to use (--server-pid: its server's pid, for CPU; "
+                          "default: start one)")
     sqs.add_argument("--start", choices=("lamina", *SQS_PEERS),
                      help="start this server for the command (default without --endpoint: "
                           "lamina serve --sqs-port)")

@@ -14,7 +14,7 @@ from lamina.tools.cli import build_parser
 
 #: Hidden on purpose: PROTOCOL.md fixes the auth timeout at 10 s; the option exists for tests.
 HIDDEN = {"--auth-timeout"}
-INTERNAL = re.compile(r"\.py\b|\bissue\b|DESIGN|PROTOCOL|§|``|\bhelpers?\b", re.IGNORECASE)
+INTERNAL = re.compile(r"\.py\b|\bissue\b|DESIGN\.md|PROTOCOL\.md|§|``|\bhelpers?\b", re.IGNORECASE)
 
 
 def parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
