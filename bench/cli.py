@@ -8,7 +8,7 @@ By default each run of each workload starts its own ``lamina serve`` (a fresh te
 directory, any free port, ``--fsync`` if asked) and stops it afterwards, so runs do not see
 each other's data and the bench knows the server's pid (for its CPU time, its memory and
 ``--profile``). With ``--server`` the bench uses that server (``--server-pid`` to get the same
-figures from it). Workload options override the issue's sizes (for quick runs and tests).
+figures from it). Workload options override the default sizes (for quick runs and tests).
 
 ``--against PEER`` runs the same workloads on a peer (``peers/``) too, each run of Lamina
 followed or preceded by one of the peer (the order alternates, so drift of the machine weighs
