@@ -1,6 +1,6 @@
 """Lamina load generator and benchmarks.
 
-``lamina bench`` (issue 4): ``cli`` registers the command; ``workloads`` sets up and scores
+``lamina bench``: ``cli`` registers the command; ``workloads`` sets up and scores
 each workload; ``workers`` is what runs in the client processes; ``loadgen`` starts those
 processes together and merges their samples (HdrHistogram percentiles, timelines); ``spawn``
 starts the server under test and reads its CPU and memory from /proc; ``report`` prints the

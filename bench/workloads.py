@@ -1,4 +1,4 @@
-"""The workloads of issue 4 (256-byte bodies; the server and the clients share the machine):
+"""The benchmark workloads (256-byte bodies; the server and the clients share the machine):
 
 ====  =======================================================================================
 w1    produce: 4 processes send 200,000 messages in batches of 16        target ≥ 100,000 msg/s
@@ -13,7 +13,7 @@ w4    round trips: one client, 20,000 unbatched awaited sends            target 
       then receive 1 + delete 1, 20,000 times                            target ≥ 5,000 msg/s
       (first 5,000 pings, for scale: a round trip with no engine work)
 idle  1,000 idle connections: the server's RSS before and after       target ≤ 100 MB more
-cost  (not in the issue) the server's CPU µs per request of each kind: ping, send / receive /
+cost  (beside the four) the server's CPU µs per request of each kind: ping, send / receive /
       delete of 1 and of 16, one request at a time — what a server optimization moves
 ====  =======================================================================================
 
@@ -420,7 +420,7 @@ def run_idle(run: Run, params: Params) -> WorkloadResult:
 
 
 def run_cost(run: Run, params: Params) -> WorkloadResult:
-    """Not an issue-4 workload: the server's CPU time per request of each kind, one client,
+    """Not one of the four workloads: the server's CPU time per request of each kind, one client,
     one request at a time (``ping`` is the floor: reading, parsing, answering, no engine)."""
     count = params.messages or 5000
     result = new_result("cost", run, params, requests_per_kind=count)
@@ -474,5 +474,5 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("w3", "W3 latency: paced sends, one long-polling consumer", run_w3),
     Workload("w4", "W4 round trips: unbatched awaited sends, receive 1 + delete 1", run_w4),
     Workload("idle", "Idle connections: server memory", run_idle),
-    Workload("cost", "Server CPU per request, by kind (not in the issue)", run_cost),
+    Workload("cost", "Server CPU per request, by kind", run_cost),
 )}
