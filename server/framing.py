@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import secrets
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +35,8 @@ from lamina.engine.errors import LaminaError, ProtocolError
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "FRAME_HEADER_BYTES", "MAX_FRAME_LENGTH", "MAX_NESTING_DEPTH",
     "MIN_MAX_FRAME_BYTES", "PRE_AUTH_MAX_FRAME_BYTES", "CBORTagged", "FrameReader",
-    "decode_item", "decode_item_strict", "encode_frame_header", "encode_head", "encode_int",
+    "check_item_count", "decode_item", "decode_item_strict", "encode_frame_header",
+    "encode_head", "encode_int",
     "find_unsupported_value", "head_size", "int_size", "PEEK_STATES", "Delivery", "PeekEntry",
     "Peeked", "PLAIN_SCALAR_TYPES", "delivery_size", "encode_entries_response",
     "encode_peek_response", "encode_receive_response", "encode_send_response",
@@ -105,6 +107,17 @@ class FrameReader:
         if not 1 <= value <= MAX_FRAME_LENGTH:
             raise ValueError(f"max_frame_bytes {value} outside 1..{MAX_FRAME_LENGTH}")
         self._max_frame_bytes = value
+
+    @property
+    def front_frame_bytes(self) -> int:
+        """Bytes the frame at the front of the buffer takes in all, its header included, once
+        its header is in (clipped to max_frame: a longer one is refused when parsed); before
+        that, the bytes buffered. 0 when nothing is buffered."""
+        available = len(self._buffer) - self._start
+        if available < FRAME_HEADER_BYTES:
+            return available
+        (length,) = _HEADER.unpack_from(self._buffer, self._start)
+        return FRAME_HEADER_BYTES + min(length, self._max_frame_bytes)
 
     @property
     def buffered_bytes(self) -> int:
@@ -205,7 +218,7 @@ _SENTINEL_ITEM = cbor2.dumps(_SENTINEL)
 _ARRAY_OF_2_HEAD = b"\x82"
 
 
-def decode_item(body: bytes) -> Any:
+def decode_item(body: bytes, max_items: int | None = None) -> Any:
     """Decode a frame body that must hold exactly one well-formed CBOR item (PROTOCOL §1).
 
     Raises ProtocolError for malformed CBOR, trailing bytes, indefinite lengths, duplicate map
@@ -216,6 +229,10 @@ def decode_item(body: bytes) -> Any:
     Same answers as :func:`decode_item_strict`, faster for small bodies: one ``cbor2.loads``
     with the same options, one nesting level more for the wrapping array (see ``_SENTINEL``).
     Anything it does not accept goes to the strict decoder, which also words the error.
+
+    ``max_items``: a body over FAST_DECODE_MAX_BYTES holding more items than this is refused
+    (ProtocolError) after counting at most that many, before any is decoded (see
+    :func:`check_item_count`). Smaller bodies hold fewer items than bytes.
     """
     if len(body) <= FAST_DECODE_MAX_BYTES:
         try:
@@ -229,7 +246,56 @@ def decode_item(body: bytes) -> Any:
             if (type(pair) is list and len(pair) == 2 and type(pair[1]) is bytes
                     and pair[1] == _SENTINEL):
                 return pair[0]
+    elif max_items is not None:
+        check_item_count(body, max_items)
     return decode_item_strict(body)
+
+
+#: Initial bytes that are whole items: integers -24..23 and simple values 0..23 (false, true,
+#: null among them). A run of them is counted at C speed (a frame of millions of tiny items).
+_ONE_BYTE_ITEMS = re.compile(rb"[\x00-\x17\x20-\x37\xe0-\xf7]+")
+#: By initial byte: the bytes of the item's head (0: indefinite or reserved, left to the
+#: decoder), and whether contents of the head's argument length follow (strings).
+_HEAD_BYTES = bytes(1 if initial & 31 < 24 else {24: 2, 25: 3, 26: 5, 27: 9}.get(initial & 31, 0)
+                    for initial in range(256))
+_STRING_HEADS = frozenset(range(0x40, 0x80))
+_ONE_BYTE_ITEM_HEADS = frozenset((*range(0x00, 0x18), *range(0x20, 0x38), *range(0xE0, 0xF8)))
+
+
+def check_item_count(body: bytes, max_items: int) -> None:
+    """Raise ProtocolError if ``body`` holds more than ``max_items`` CBOR items (every head
+    counts: containers, map keys, scalars), looking at no more heads than that.
+
+    Decoding costs ~70 ns of the event loop per item (seconds for a 16 MiB frame of one-byte
+    items) and item counts can only be judged once decoded; this walk skips string contents
+    and stops at the limit, so a frame is refused after bounded work. Anything malformed
+    (truncated, indefinite, reserved) ends the walk: the decoder refuses it and words why.
+    """
+    count, position, end = 0, 0, len(body)
+    one_byte_run = _ONE_BYTE_ITEMS.match
+    head_bytes, string_heads, one_byte_heads = _HEAD_BYTES, _STRING_HEADS, _ONE_BYTE_ITEM_HEADS
+    while position < end:
+        initial = body[position]
+        size = head_bytes[initial]
+        if initial in string_heads:
+            if size == 1:
+                position += 1 + (initial & 31)
+            elif size:
+                position += size + int.from_bytes(body[position + 1:position + size], "big")
+            else:
+                return
+            count += 1
+        elif initial in one_byte_heads:
+            run_end = one_byte_run(body, position).end()  # type: ignore[union-attr]
+            count += run_end - position
+            position = run_end
+        elif size:
+            position += size
+            count += 1
+        else:
+            return
+        if count > max_items:
+            raise ProtocolError(f"a frame may hold at most {max_items} CBOR items")
 
 
 def decode_item_strict(body: bytes) -> Any:

@@ -77,6 +77,7 @@ from lamina.engine.errors import (
     Unauthorized,
 )
 
+from .budget import MemoryBudget
 from .busypoll import BusyPoll
 from .config import ServerConfig
 from .connection import Connection, Work
@@ -183,6 +184,8 @@ class Server:
         self.metrics = ServerMetrics()
         self.waiting = WaitingReceives()
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6)
+        #: Memory of all connections' buffers (budget.py).
+        self.budget = MemoryBudget(config.max_buffered)
         self.connections: set[Connection] = set()
         self.port: int | None = None
         self.metrics_port: int | None = None
@@ -633,8 +636,6 @@ class Server:
             operation = check_request(op, args)
             caller = self.caller_of(connection)
             queue = args.get("queue")
-            if type(queue) is str:
-                self.metrics.traffic[queue.lower()] += 1
             if op == "receive":
                 answer = self._receive(connection, request, caller, work.started)
                 if answer is None:
@@ -657,6 +658,11 @@ class Server:
         except Exception as exc:  # a bug in this request alone (rule 4)
             log.exception("internal error in %s", op, extra={"event": "internal_error"})
             answer = InternalError(f"{op} failed: {type(exc).__name__}: {exc}")
+        else:
+            # Only a queue that passed the engine's name and permission checks is counted, so
+            # a client cannot grow the tally with names of its own (metrics.count_traffic).
+            if type(queue) is str and not isinstance(answer, LaminaError):
+                self.metrics.count_traffic(queue)
         replies.append(_Reply(connection, request.id, answer, op, work.started))
 
     # -- receives and waiters ------------------------------------------------------------------
