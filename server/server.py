@@ -77,6 +77,7 @@ from lamina.engine.errors import (
     Unauthorized,
 )
 
+from .accept import accept_connections
 from .budget import MemoryBudget
 from .busypoll import BusyPoll
 from .config import ServerConfig
@@ -309,7 +310,7 @@ class Server:
         self._pool_done.set()
 
     async def _accept(self, listeners: list[trio.SocketListener], pool: trio.Nursery) -> None:
-        await trio.serve_listeners(self._handle_stream, listeners, handler_nursery=pool)
+        await accept_connections(listeners, self._handle_stream, pool)
 
     async def _handle_stream(self, stream: trio.SocketStream) -> None:
         """One connection, isolated: nothing it raises reaches another (rule 4)."""
