@@ -111,6 +111,12 @@ class Outbox:
         written through the raw fd any more."""
         self.socket_fd = None
         self.dead = True
+        self._frames_in.close()
+        while True:  # freed now, not when the cyclic collector finds this connection
+            try:
+                self._frames_out.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
         self.budget.give_back(self.unsent_bytes + self.reserved_bytes)
         self.unsent_bytes = self.reserved_bytes = 0
         self._reservations.clear()

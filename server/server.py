@@ -603,7 +603,11 @@ class Server:
         observe = self.metrics.observe
         failure = group.failure
         frames: dict[Connection, list[bytes]] = {}
-        for reply in group.replies:
+        replies: list[Any] = group.replies
+        for index, reply in enumerate(replies):
+            # Dropped once encoded: a receive's or peek's records (up to max_frame) are not
+            # held beside their frame (budget.py counts the frames).
+            replies[index] = None
             answer = reply.answer
             if isinstance(answer, LaminaError):
                 outcome = answer.code
