@@ -94,8 +94,6 @@ class Work:
     requests: list[Request]
     nbytes: int
     started: float  # time.perf_counter() when read
-    #: Set by the applier once these requests are answered (when the reader waits on it).
-    applied: trio.Event | None = None
 
 
 class Connection:

@@ -628,9 +628,6 @@ class Server:
             connection.send_frames(pending)
         for job in group.jobs:
             job.done.set()
-        for item in group.items:
-            if type(item) is Work and item.applied is not None:
-                item.applied.set()
         self._set_deadline()
         self.metrics.observe_group(group.count, now - group.started)
 
