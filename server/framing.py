@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import math
-import re
 import secrets
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +30,8 @@ from typing import Any, TypeAlias
 import cbor2
 
 from lamina.engine.errors import LaminaError, ProtocolError
+
+from .item_count import check_item_count
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "FRAME_HEADER_BYTES", "MAX_FRAME_LENGTH", "MAX_NESTING_DEPTH",
@@ -79,13 +80,18 @@ def encode_frame_header(body_length: int) -> bytes:
 # --- Cutting frames out of a stream ------------------------------------------------------------
 
 
+#: A body at least this long is collected as a list of the pieces fed, joined once complete:
+#: many buffers each grown by one read at a time fragment the heap to about twice their size.
+COLLECT_BODY_BYTES = 1024 * 1024
+
+
 class FrameReader:
     """Cuts frame bodies out of a byte stream that arrives in arbitrary pieces.
 
-    Invariants: ``_buffer[_start:]`` holds every byte fed and not yet returned in a frame. A
-    header's length is judged as soon as its 4 bytes are here, so a zero or oversized frame is
-    refused before any of its body is buffered (PROTOCOL §1). After one refusal the reader stays
-    failed: a stream that lost frame sync cannot be trusted, so nothing after it is parsed.
+    Invariants: ``_buffer[_start:]`` holds every byte fed and not yet returned in a frame, but
+    for a large body being collected (``_body_parts``) or collected (``_body``), which comes
+    first. A zero or oversized length is refused from the header alone (PROTOCOL §1); after
+    one refusal the reader stays failed: a stream that lost frame sync cannot be trusted.
 
     ``max_frame_bytes`` may be changed between calls (the server lowers it before ``auth``); it
     applies to every header not yet judged.
@@ -97,6 +103,9 @@ class FrameReader:
         self._buffer: bytes | bytearray = b""
         self._start = 0
         self._failure: ProtocolError | None = None
+        self._body_parts: list[bytes] | None = None  # a large frame's body, in pieces
+        self._body_missing = 0
+        self._body: bytes | None = None  # ... complete, to be returned next
 
     @property
     def max_frame_bytes(self) -> int:
@@ -110,9 +119,12 @@ class FrameReader:
 
     @property
     def front_frame_bytes(self) -> int:
-        """Bytes the frame at the front of the buffer takes in all, its header included, once
-        its header is in (clipped to max_frame: a longer one is refused when parsed); before
-        that, the bytes buffered. 0 when nothing is buffered."""
+        """The whole length of the front frame, header included, once its header is in (clipped
+        to max_frame: a longer one is refused when parsed); before that, the bytes buffered."""
+        if self._body_parts is not None:
+            return FRAME_HEADER_BYTES + self._body_missing + sum(map(len, self._body_parts))
+        if self._body is not None:
+            return FRAME_HEADER_BYTES + len(self._body)
         available = len(self._buffer) - self._start
         if available < FRAME_HEADER_BYTES:
             return available
@@ -122,26 +134,60 @@ class FrameReader:
     @property
     def buffered_bytes(self) -> int:
         """Bytes fed but not yet returned as frames (a partial frame, or frames not yet asked for)."""
-        return len(self._buffer) - self._start
+        pending = len(self._buffer) - self._start
+        if self._body_parts is not None:
+            pending += FRAME_HEADER_BYTES + sum(map(len, self._body_parts))
+        if self._body is not None:
+            pending += FRAME_HEADER_BYTES + len(self._body)
+        return pending
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. Cheap: parsing happens in :meth:`next_frame`."""
         if self._failure is not None:
             return
+        if self._body_parts is not None:
+            self._collect(data if type(data) is bytes else bytes(data))
+            return
         buffer = self._buffer
         if self._start >= len(buffer):
             # Nothing pending (the usual case): keep the bytes as they are, no copy.
-            self._buffer = data if type(data) is bytes else bytes(data)
-            self._start = 0
+            self._buffer, self._start = (data if type(data) is bytes else bytes(data)), 0
+        else:
+            if type(buffer) is not bytearray:
+                self._buffer = buffer = bytearray(memoryview(buffer)[self._start:])
+                self._start = 0
+            elif self._start:
+                # Compact only here, so a frame arriving in pieces is never copied repeatedly.
+                del buffer[: self._start]
+                self._start = 0
+            buffer += data
+        self._maybe_collect()
+
+    def _maybe_collect(self) -> None:
+        """Start collecting the front frame's body in pieces if it is large and incomplete."""
+        available = len(self._buffer) - self._start
+        if available < FRAME_HEADER_BYTES or self._body is not None:
             return
-        if type(buffer) is not bytearray:
-            self._buffer = buffer = bytearray(memoryview(buffer)[self._start:])
-            self._start = 0
-        elif self._start:
-            # Compact only here, so a frame arriving in many pieces is never copied repeatedly.
-            del buffer[: self._start]
-            self._start = 0
-        buffer += data
+        (length,) = _HEADER.unpack_from(self._buffer, self._start)
+        if (length < COLLECT_BODY_BYTES or length > self._max_frame_bytes
+                or available >= FRAME_HEADER_BYTES + length):
+            return
+        self._body_parts = [bytes(memoryview(self._buffer)[self._start + FRAME_HEADER_BYTES:])]
+        self._body_missing = length - len(self._body_parts[0])
+        self._buffer, self._start = b"", 0
+
+    def _collect(self, data: bytes) -> None:
+        parts = self._body_parts
+        assert parts is not None
+        missing = self._body_missing
+        if len(data) < missing:
+            parts.append(data)
+            self._body_missing = missing - len(data)
+            return
+        parts.append(data[:missing])
+        self._body = b"".join(parts)
+        self._body_parts, self._body_missing = None, 0
+        self._buffer, self._start = data[missing:], 0
 
     def next_frame(self) -> bytes | None:
         """The next complete frame body, or None until more bytes are fed.
@@ -150,19 +196,22 @@ class FrameReader:
         """
         if self._failure is not None:
             raise self._failure
+        if self._body is not None:
+            body, self._body = self._body, None
+            return body
+        if self._body_parts is not None:
+            return None
         available = len(self._buffer) - self._start
         if available < FRAME_HEADER_BYTES:
             return None
         (length,) = _HEADER.unpack_from(self._buffer, self._start)
         if length == 0 or length > self._max_frame_bytes:
-            problem = "zero-length frame" if length == 0 else (
-                f"frame of {length} bytes exceeds max_frame {self._max_frame_bytes}"
-            )
-            self._failure = ProtocolError(problem)
-            self._buffer = b""
-            self._start = 0
+            self._failure = ProtocolError("zero-length frame" if length == 0 else f"frame of "
+                                          f"{length} bytes exceeds max_frame {self._max_frame_bytes}")
+            self._buffer, self._start = b"", 0
             raise self._failure
         if available < FRAME_HEADER_BYTES + length:
+            self._maybe_collect()
             return None
         body_start = self._start + FRAME_HEADER_BYTES
         self._start = end = body_start + length
@@ -249,53 +298,6 @@ def decode_item(body: bytes, max_items: int | None = None) -> Any:
     elif max_items is not None:
         check_item_count(body, max_items)
     return decode_item_strict(body)
-
-
-#: Initial bytes that are whole items: integers -24..23 and simple values 0..23 (false, true,
-#: null among them). A run of them is counted at C speed (a frame of millions of tiny items).
-_ONE_BYTE_ITEMS = re.compile(rb"[\x00-\x17\x20-\x37\xe0-\xf7]+")
-#: By initial byte: the bytes of the item's head (0: indefinite or reserved, left to the
-#: decoder), and whether contents of the head's argument length follow (strings).
-_HEAD_BYTES = bytes(1 if initial & 31 < 24 else {24: 2, 25: 3, 26: 5, 27: 9}.get(initial & 31, 0)
-                    for initial in range(256))
-_STRING_HEADS = frozenset(range(0x40, 0x80))
-_ONE_BYTE_ITEM_HEADS = frozenset((*range(0x00, 0x18), *range(0x20, 0x38), *range(0xE0, 0xF8)))
-
-
-def check_item_count(body: bytes, max_items: int) -> None:
-    """Raise ProtocolError if ``body`` holds more than ``max_items`` CBOR items (every head
-    counts: containers, map keys, scalars), looking at no more heads than that.
-
-    Decoding costs ~70 ns of the event loop per item (seconds for a 16 MiB frame of one-byte
-    items) and item counts can only be judged once decoded; this walk skips string contents
-    and stops at the limit, so a frame is refused after bounded work. Anything malformed
-    (truncated, indefinite, reserved) ends the walk: the decoder refuses it and words why.
-    """
-    count, position, end = 0, 0, len(body)
-    one_byte_run = _ONE_BYTE_ITEMS.match
-    head_bytes, string_heads, one_byte_heads = _HEAD_BYTES, _STRING_HEADS, _ONE_BYTE_ITEM_HEADS
-    while position < end:
-        initial = body[position]
-        size = head_bytes[initial]
-        if initial in string_heads:
-            if size == 1:
-                position += 1 + (initial & 31)
-            elif size:
-                position += size + int.from_bytes(body[position + 1:position + size], "big")
-            else:
-                return
-            count += 1
-        elif initial in one_byte_heads:
-            run_end = one_byte_run(body, position).end()  # type: ignore[union-attr]
-            count += run_end - position
-            position = run_end
-        elif size:
-            position += size
-            count += 1
-        else:
-            return
-        if count > max_items:
-            raise ProtocolError(f"a frame may hold at most {max_items} CBOR items")
 
 
 def decode_item_strict(body: bytes) -> Any:
