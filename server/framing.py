@@ -197,8 +197,8 @@ class FrameReader:
         if self._failure is not None:
             raise self._failure
         if self._body is not None:
-            body, self._body = self._body, None
-            return body
+            collected, self._body = self._body, None
+            return collected
         if self._body_parts is not None:
             return None
         available = len(self._buffer) - self._start

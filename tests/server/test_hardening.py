@@ -4,6 +4,7 @@ says to close is closed at once."""
 
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
@@ -16,6 +17,8 @@ import cbor2
 import pytest
 import trio
 
+from lamina.server.budget import DEFAULT_MAX_BUFFERED_BYTES
+from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.server.metrics import MAX_TRAFFIC_QUEUES, ServerMetrics
 from lamina.server.protocol import MAX_REQUEST_ITEMS, Response, auth_signature
 from support import ADMIN, BOB, KEYS, RawConnection, running_server
@@ -246,3 +249,14 @@ async def test_a_response_and_a_closed_connection_are_what_a_greedy_reader_finds
             assert isinstance(event, Response) and event.error is None
             ids.append(event.id)
         assert ids == list(range(1, len(ids) + 1)) and len(ids) < 99
+
+
+def test_the_memory_budget_has_an_option_with_its_default_in_the_help() -> None:
+    parser = add_serve_arguments(argparse.ArgumentParser(prog="lamina serve"))
+    assert "--max-buffered" in parser.format_help()
+    assert str(DEFAULT_MAX_BUFFERED_BYTES) in parser.format_help()
+    assert config_from_args(parser.parse_args([])).max_buffered == DEFAULT_MAX_BUFFERED_BYTES
+    config = config_from_args(parser.parse_args(["--max-buffered", "1048576"]))
+    assert config.max_buffered == 1048576
+    with pytest.raises(ConfigError):
+        config_from_args(parser.parse_args(["--max-buffered", "0"]))
