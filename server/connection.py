@@ -254,6 +254,7 @@ class Connection:
         self.budget.take(nbytes)
         self._input_granted = nbytes
         self._input_wanted = 0
+        self.proto.collect_front_frame()  # granted: its memory is allocated once
 
     def wake(self) -> None:
         """Look again at what this connection waits for (budget room, drained answers)."""

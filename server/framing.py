@@ -80,8 +80,8 @@ def encode_frame_header(body_length: int) -> bytes:
 # --- Cutting frames out of a stream ------------------------------------------------------------
 
 
-#: A body at least this long is collected as a list of the pieces fed, joined once complete:
-#: many buffers each grown by one read at a time fragment the heap to about twice their size.
+#: A body at least this long may be given a buffer of its full length (``collect_front_frame``):
+#: many buffers each grown by one read at a time fragment the heap to twice their size.
 COLLECT_BODY_BYTES = 1024 * 1024
 
 
@@ -89,13 +89,12 @@ class FrameReader:
     """Cuts frame bodies out of a byte stream that arrives in arbitrary pieces.
 
     Invariants: ``_buffer[_start:]`` holds every byte fed and not yet returned in a frame, but
-    for a large body being collected (``_body_parts``) or collected (``_body``), which comes
+    for a large body being collected (``_collecting``) or collected (``_body``), which comes
     first. A zero or oversized length is refused from the header alone (PROTOCOL §1); after
     one refusal the reader stays failed: a stream that lost frame sync cannot be trusted.
 
-    ``max_frame_bytes`` may be changed between calls (the server lowers it before ``auth``); it
-    applies to every header not yet judged.
-    """
+    ``max_frame_bytes`` may change between calls (lowered before ``auth``); it applies to every
+    header not yet judged."""
 
     def __init__(self, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
@@ -103,8 +102,8 @@ class FrameReader:
         self._buffer: bytes | bytearray = b""
         self._start = 0
         self._failure: ProtocolError | None = None
-        self._body_parts: list[bytes] | None = None  # a large frame's body, in pieces
-        self._body_missing = 0
+        self._collecting: bytearray | None = None  # a large frame's body, its length allocated
+        self._collected = 0  # ... bytes of it received
         self._body: bytes | None = None  # ... complete, to be returned next
 
     @property
@@ -121,8 +120,8 @@ class FrameReader:
     def front_frame_bytes(self) -> int:
         """The whole length of the front frame, header included, once its header is in (clipped
         to max_frame: a longer one is refused when parsed); before that, the bytes buffered."""
-        if self._body_parts is not None:
-            return FRAME_HEADER_BYTES + self._body_missing + sum(map(len, self._body_parts))
+        if self._collecting is not None:
+            return FRAME_HEADER_BYTES + len(self._collecting)
         if self._body is not None:
             return FRAME_HEADER_BYTES + len(self._body)
         available = len(self._buffer) - self._start
@@ -135,8 +134,8 @@ class FrameReader:
     def buffered_bytes(self) -> int:
         """Bytes fed but not yet returned as frames (a partial frame, or frames not yet asked for)."""
         pending = len(self._buffer) - self._start
-        if self._body_parts is not None:
-            pending += FRAME_HEADER_BYTES + sum(map(len, self._body_parts))
+        if self._collecting is not None:
+            pending += FRAME_HEADER_BYTES + self._collected
         if self._body is not None:
             pending += FRAME_HEADER_BYTES + len(self._body)
         return pending
@@ -145,8 +144,8 @@ class FrameReader:
         """Append received bytes. Cheap: parsing happens in :meth:`next_frame`."""
         if self._failure is not None:
             return
-        if self._body_parts is not None:
-            self._collect(data if type(data) is bytes else bytes(data))
+        if self._collecting is not None:
+            self._collect(data)
             return
         buffer = self._buffer
         if self._start >= len(buffer):
@@ -161,10 +160,10 @@ class FrameReader:
                 del buffer[: self._start]
                 self._start = 0
             buffer += data
-        self._maybe_collect()
 
-    def _maybe_collect(self) -> None:
-        """Start collecting the front frame's body in pieces if it is large and incomplete."""
+    def collect_front_frame(self) -> None:
+        """Allocate the front frame's whole body now if it is large and incomplete (the rest is
+        copied in as it arrives); for a reader that accounts for that memory (budget.py)."""
         available = len(self._buffer) - self._start
         if available < FRAME_HEADER_BYTES or self._body is not None:
             return
@@ -172,22 +171,24 @@ class FrameReader:
         if (length < COLLECT_BODY_BYTES or length > self._max_frame_bytes
                 or available >= FRAME_HEADER_BYTES + length):
             return
-        self._body_parts = [bytes(memoryview(self._buffer)[self._start + FRAME_HEADER_BYTES:])]
-        self._body_missing = length - len(self._body_parts[0])
+        self._collecting = body = bytearray(length)
+        self._collected = available - FRAME_HEADER_BYTES
+        body[:self._collected] = memoryview(self._buffer)[self._start + FRAME_HEADER_BYTES:]
         self._buffer, self._start = b"", 0
 
-    def _collect(self, data: bytes) -> None:
-        parts = self._body_parts
-        assert parts is not None
-        missing = self._body_missing
+    def _collect(self, data: bytes | bytearray | memoryview) -> None:
+        body, start = self._collecting, self._collected
+        assert body is not None
+        missing = len(body) - start
         if len(data) < missing:
-            parts.append(data)
-            self._body_missing = missing - len(data)
+            body[start:start + len(data)] = data
+            self._collected = start + len(data)
             return
-        parts.append(data[:missing])
-        self._body = b"".join(parts)
-        self._body_parts, self._body_missing = None, 0
-        self._buffer, self._start = data[missing:], 0
+        body[start:] = memoryview(data)[:missing]
+        self._body = bytes(body)
+        self._collecting, self._collected = None, 0
+        rest = data[missing:]
+        self._buffer, self._start = (rest if type(rest) is bytes else bytes(rest)), 0
 
     def next_frame(self) -> bytes | None:
         """The next complete frame body, or None until more bytes are fed.
@@ -199,7 +200,7 @@ class FrameReader:
         if self._body is not None:
             collected, self._body = self._body, None
             return collected
-        if self._body_parts is not None:
+        if self._collecting is not None:
             return None
         available = len(self._buffer) - self._start
         if available < FRAME_HEADER_BYTES:
@@ -211,7 +212,6 @@ class FrameReader:
             self._buffer, self._start = b"", 0
             raise self._failure
         if available < FRAME_HEADER_BYTES + length:
-            self._maybe_collect()
             return None
         body_start = self._start + FRAME_HEADER_BYTES
         self._start = end = body_start + length

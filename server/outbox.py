@@ -44,6 +44,10 @@ _IOV_MAX = 1024
 Frame = bytes | memoryview
 
 
+def _ignore() -> None:
+    pass
+
+
 class Outbox:
     """Rules 1-5 in the module docstring. ``on_failure`` tears the connection down (the
     socket failed, or the client took nothing for the idle timeout); ``on_progress`` tells
@@ -111,6 +115,9 @@ class Outbox:
         written through the raw fd any more."""
         self.socket_fd = None
         self.dead = True
+        # The callbacks are the connection's: dropping them frees the connection (and what
+        # its reader buffered) as soon as it is gone, not at the next full garbage collection.
+        self._on_failure = self._on_progress = _ignore
         self._frames_in.close()
         while True:  # freed now, not when the cyclic collector finds this connection
             try:

@@ -300,6 +300,10 @@ class ServerConnection:
         """The whole length of the frame being read, once its header is in (0: none)."""
         return self._frames.front_frame_bytes
 
+    def collect_front_frame(self) -> None:
+        """Give the frame being read a buffer of its whole length (see FrameReader)."""
+        self._frames.collect_front_frame()
+
     @property
     def reading_paused(self) -> bool:
         """Rule 4: pre-auth with a request unanswered. Stop reading the socket until it is

@@ -147,10 +147,10 @@ def test_several_frames_in_one_read_come_out_in_order() -> None:
 @given(st.lists(st.sampled_from([0, 3, 1000, COLLECT_BODY_BYTES - 1, COLLECT_BODY_BYTES,
                                  COLLECT_BODY_BYTES + 70_000]), min_size=1, max_size=4),
        st.lists(st.integers(1, 3) | st.integers(1000, 200_000), min_size=1, max_size=30)
-       .filter(lambda cuts: sum(cuts) > 5000))
-def test_frames_come_out_whole_however_the_stream_is_cut(sizes: list[int],
-                                                         cuts: list[int]) -> None:
-    # Large bodies are collected in pieces and joined once: the same frames, the same counts.
+       .filter(lambda cuts: sum(cuts) > 5000), st.booleans())
+def test_frames_come_out_whole_however_the_stream_is_cut(sizes: list[int], cuts: list[int],
+                                                         collect: bool) -> None:
+    # Large bodies given their whole buffer early: the same frames, the same counts.
     bodies = [bytes([n % 251 + 1]) * size + b"!" for n, size in enumerate(sizes)]
     data = b"".join(frame(body) for body in bodies)
     reader = FrameReader(4 * COLLECT_BODY_BYTES)
@@ -162,6 +162,8 @@ def test_frames_come_out_whole_however_the_stream_is_cut(sizes: list[int],
         piece = data[position:position + cut]
         position += len(piece)
         reader.feed(piece)
+        if collect:
+            reader.collect_front_frame()
         fed += len(piece)
         assert reader.buffered_bytes == fed - sum(len(b) + 4 for b in got)
         while (body := reader.next_frame()) is not None:
