@@ -239,7 +239,9 @@ class Connection:
         wanted = self.proto.front_frame_bytes
         if wanted <= SMALL_BYTES:
             wanted = 0
-        if wanted == self._input_granted:
+        if wanted == self._input_granted:  # the same frame (or one as long, just begun)
+            if wanted:
+                self.proto.collect_front_frame()
             return
         if self._input_granted:
             self.budget.give_back(self._input_granted)
