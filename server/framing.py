@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import secrets
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -80,8 +81,8 @@ def encode_frame_header(body_length: int) -> bytes:
 # --- Cutting frames out of a stream ------------------------------------------------------------
 
 
-#: A body at least this long may be given a buffer of its full length (``collect_front_frame``):
-#: many buffers each grown by one read at a time fragment the heap to twice their size.
+#: A body this long may get an anonymous mapping of its length (``collect_front_frame``): pages
+#: cost memory once written and go back when done; buffers grown read by read fragment the heap.
 COLLECT_BODY_BYTES = 1024 * 1024
 
 
@@ -102,7 +103,7 @@ class FrameReader:
         self._buffer: bytes | bytearray = b""
         self._start = 0
         self._failure: ProtocolError | None = None
-        self._collecting: bytearray | None = None  # a large frame's body, its length allocated
+        self._collecting: mmap.mmap | None = None  # a large frame's body, its length mapped
         self._collected = 0  # ... bytes of it received
         self._body: bytes | None = None  # ... complete, to be returned next
 
@@ -118,8 +119,8 @@ class FrameReader:
 
     @property
     def front_frame_bytes(self) -> int:
-        """The whole length of the front frame, header included, once its header is in (clipped
-        to max_frame: a longer one is refused when parsed); before that, the bytes buffered."""
+        """The front frame's whole length with its header, once that is in (clipped to max_frame:
+        a longer one is refused when parsed); before that, the bytes buffered."""
         if self._collecting is not None:
             return FRAME_HEADER_BYTES + len(self._collecting)
         if self._body is not None:
@@ -132,7 +133,7 @@ class FrameReader:
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes fed but not yet returned as frames (a partial frame, or frames not yet asked for)."""
+        """Bytes fed and not yet returned as frames."""
         pending = len(self._buffer) - self._start
         if self._collecting is not None:
             pending += FRAME_HEADER_BYTES + self._collected
@@ -171,30 +172,28 @@ class FrameReader:
         if (length < COLLECT_BODY_BYTES or length > self._max_frame_bytes
                 or available >= FRAME_HEADER_BYTES + length):
             return
-        self._collecting = body = bytearray(length)
+        self._collecting = body = mmap.mmap(-1, length)
         self._collected = available - FRAME_HEADER_BYTES
         body[:self._collected] = memoryview(self._buffer)[self._start + FRAME_HEADER_BYTES:]
         self._buffer, self._start = b"", 0
 
     def _collect(self, data: bytes | bytearray | memoryview) -> None:
         body, start = self._collecting, self._collected
-        assert body is not None
+        assert body is not None, "collecting no frame"
         missing = len(body) - start
         if len(data) < missing:
             body[start:start + len(data)] = data
             self._collected = start + len(data)
             return
         body[start:] = memoryview(data)[:missing]
-        self._body = bytes(body)
+        self._body = body[:]
+        body.close()
         self._collecting, self._collected = None, 0
-        rest = data[missing:]
-        self._buffer, self._start = (rest if type(rest) is bytes else bytes(rest)), 0
+        self._buffer, self._start = bytes(data[missing:]), 0
 
     def next_frame(self) -> bytes | None:
-        """The next complete frame body, or None until more bytes are fed.
-
-        Raises ProtocolError for a zero or oversized length, and again on every later call.
-        """
+        """The next complete frame body, or None until more bytes are fed. Raises ProtocolError
+        for a zero or oversized length, and again on every later call."""
         if self._failure is not None:
             raise self._failure
         if self._body is not None:
