@@ -91,7 +91,7 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine: send, the rest (counters, checks)", ("MessagingOps.send",)),
     ("engine: operation frame and the rest", ("lamina/engine/",)),
     ("metrics (prometheus_client)", ("prometheus_client", "ServerMetrics")),
-    ("server: write answers (_queue_frame: os.write)", ("Connection._queue_frame",)),
+    ("server: write answers (queue_frame: os.write)", ("Outbox.queue_frame",)),
     ("server: encode answers (CBOR)", ("Connection.answer", "ServerConnection.respond",
                                        "encode_response", "encode_message")),
     ("server: parse requests (framing, CBOR decode)", ("ServerConnection.receive_data",

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .budget import DEFAULT_MAX_BUFFERED_BYTES
 from .busypoll import DEFAULT_BUSY_POLL_US, MAX_BUSY_POLL_US
 from .framing import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_LENGTH, MIN_MAX_FRAME_BYTES
 from .protocol import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_WAITING
@@ -74,6 +75,9 @@ class ServerConfig:
     auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     max_waiting: int = DEFAULT_MAX_WAITING
+    #: Bytes all connections together may hold in large partial frames and in answers not
+    #: yet sent or still to come (budget.py); reading pauses while it is spent.
+    max_buffered: int = DEFAULT_MAX_BUFFERED_BYTES
     #: While requests keep coming, poll the sockets rather than sleep for this long after the
     #: server goes idle (busypoll.py: adaptive, so sparse traffic costs no polling).
     busy_poll_us: int = DEFAULT_BUSY_POLL_US
@@ -108,6 +112,8 @@ class ServerConfig:
                               "bytes (PROTOCOL.md §1)")
         if self.max_connections < 1 or self.max_queues < 1:
             raise ConfigError("--max-connections and --max-queues must be at least 1")
+        if self.max_buffered < 1:
+            raise ConfigError("--max-buffered must be at least 1 byte")
         if self.max_inflight < 1 or self.max_waiting < 0:
             raise ConfigError("max_inflight must be >= 1 and max_waiting >= 0")
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
@@ -162,6 +168,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
         help="close connections idle this long; a waiting receive is not idle "
              f"(default {DEFAULT_IDLE_TIMEOUT_S:g})")
+    add("--max-buffered", type=int, default=DEFAULT_MAX_BUFFERED_BYTES, metavar="BYTES",
+        help="memory all connections together may hold in large partial requests and in "
+             "answers not yet taken by their clients; past it, reading pauses until clients "
+             "take their answers (default %(default)s)")
     add("--busy-poll-us", type=int, default=DEFAULT_BUSY_POLL_US, metavar="US",
         help="while requests keep coming within this window, poll for the next one this long "
              "before sleeping: lower round-trip latency for some CPU; sparse traffic is not "
@@ -188,4 +198,5 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         insecure=args.insecure, idle_timeout_s=args.idle_timeout,
         auth_timeout_s=args.auth_timeout, busy_poll_us=args.busy_poll_us,
         sqs_port=args.sqs_port, sqs_account=args.sqs_account, sqs_region=args.sqs_region,
+        max_buffered=args.max_buffered,
     ).check()

@@ -2,8 +2,10 @@
 
     socket ──reader──> ServerConnection ──Work──> server inbox ──> applier (engine, group commit)
                                             └──> applied in place while the applier idles ──┐
-    socket <──writer── bounded channel of frames <──── answer() <──────┘   (and waiter timeouts)
+    socket <──writer── Outbox: bounded channel of frames <── answer() <─┘   (and waiter timeouts)
        ^────── written at once by answer() while the writer is idle (plain TCP) ──┘
+
+The answers' side, with the unsent cap and the writer task, is ``outbox.py``.
 
 On plain TCP the reader reads the socket's fd itself and the answers of a small request are
 written before the reader waits again: one task step per request (see ``_read_socket``).
@@ -16,14 +18,18 @@ Rules of a connection (each one lives in this file):
    Only ``auth`` before authentication, ``RejectedRequest`` errors and waiting receives that
    time out are answered here; none of them touches the engine.
 3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
-   unanswered, while more than ``4 x max_frame`` response bytes are unsent, and (pre-auth)
-   while a request is unanswered. The frame channel is bounded above what those rules let in,
-   so queuing a frame never blocks the applier.
+   unanswered, while more than ``4 x max_frame`` response bytes are unsent, (pre-auth) while a
+   request is unanswered, and while the frame it is reading waits for the server's memory
+   budget (budget.py rule 2). A request whose answer may be large is handed to the applier
+   only once its bound fits this connection's ``4 x max_frame`` and the budget (budget.py
+   rule 3), so unsent bytes never pass the cap. The frame channel is bounded above what those
+   rules let in, so queuing a frame never blocks the applier.
 4. Pre-auth (PROTOCOL §3): any op but ``auth`` is ``Unauthorized``; a failed ``auth`` is
    answered ``Unauthorized`` with one message for every cause and the connection closes;
    ``auth`` must succeed within ``auth_timeout_s`` of connecting or the connection closes.
 5. Idle: no bytes and nothing unanswered (a waiting receive is not idle) for
-   ``idle_timeout_s`` closes the connection.
+   ``idle_timeout_s`` closes the connection; so does a writer that could send nothing of its
+   answers for that long (a client that does not read).
 6. Ending: after EOF, a protocol violation, a failed auth or a server shutdown, nothing more is
    read; waiting receives end with ``[]``; every request already read is answered; then (for a
    violation) the final ProtocolError frame; then the socket closes.
@@ -42,6 +48,7 @@ import trio
 
 from lamina.engine.errors import InternalError, InvalidArgument, LaminaError, Unauthorized
 
+from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, answer_bound_bytes
 from .dispatch import (
     Answer,
     EntriesAnswer,
@@ -58,6 +65,7 @@ from .protocol import (
     ServerConnection,
     verify_auth_signature,
 )
+from .outbox import Outbox
 from .waiters import Waiter
 
 if TYPE_CHECKING:
@@ -74,10 +82,6 @@ RECEIVE_CHUNK_BYTES = 64 * 1024
 MIN_REQUEST_FRAME_BYTES = 8
 #: Requests of one read handed to the applier at a time (rule 3).
 REQUEST_SLICE = 16
-#: Ops whose answers may be up to max_frame bytes each.
-LARGE_ANSWER_OPS = frozenset({"receive", "peek"})
-#: Frames joined into one ``send_all`` while the writer catches up.
-WRITE_COALESCE_BYTES = 256 * 1024
 #: One message for every failed ``auth``: unknown key and wrong signature look the same.
 AUTH_FAILED = "authentication failed"
 
@@ -90,8 +94,6 @@ class Work:
     requests: list[Request]
     nbytes: int
     started: float  # time.perf_counter() when read
-    #: Set by the applier once these requests are answered (when the reader waits on it).
-    applied: trio.Event | None = None
 
 
 class Connection:
@@ -106,26 +108,38 @@ class Connection:
                                       max_frame_bytes=config.max_frame)
         self.key_id: str | None = None
         self.waiters: set[Waiter] = set()
-        #: Bytes queued for the writer and not yet sent; 0 means the writer is idle.
-        self.unsent_bytes = 0
+        self.budget = server.budget
+        self.outbox = Outbox(
+            stream, peer, max_unsent_bytes=4 * config.max_frame,
+            idle_timeout_s=config.idle_timeout_s, budget=server.budget,
+            capacity=config.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,
+            on_failure=self._died, on_progress=self.wake)
         # Plain TCP only: a TLS stream must encrypt through SSLStream.
-        self._socket_fd = (stream.socket.fileno() if isinstance(stream, trio.SocketStream)
-                           else None)
-        self.max_unsent_bytes = 4 * config.max_frame
-        capacity = config.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16
-        self._frames_in, self._frames_out = trio.open_memory_channel[bytes](capacity)
+        self._socket_fd = self.outbox.socket_fd
+        self._input_granted = 0  # budget.py rule 2: the frame being read, granted
+        self._input_wanted = 0   # ... or waiting for room
         self._resume: trio.Event | None = None
         self._all_answered: trio.Event | None = None
         self._read_scope: trio.CancelScope | None = None
         self._last_read = 0.0  # trio clock, plain TCP only (rule 5)
         self._authenticated = trio.Event()
-        self._auth_scope: trio.CancelScope | None = None
+        # Made here, not in its task: _finish may cancel it before that task first runs.
+        self._auth_scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
         #: No more requests will be read (rule 6): new waits end at once.
         self.reading_done = False
         self._stop_reading = False
         self._closing = False  # a failed auth: read nothing more
-        self.dead = False      # the socket failed: answers are discarded
+
+    @property
+    def dead(self) -> bool:
+        """The socket failed or the connection is torn down: answers are discarded."""
+        return self.outbox.dead
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Answer bytes queued and not yet sent (outbox.py)."""
+        return self.outbox.unsent_bytes
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -135,9 +149,12 @@ class Connection:
             await self._run(inbox)
         finally:
             # The socket closes after this returns and its fd number may be reused at once:
-            # nothing may be written through the raw fd any more (see _queue_frame).
+            # nothing may be read or written through the raw fd any more.
             self._socket_fd = None
-            self.dead = True
+            self.outbox.close()
+            self.budget.forget(self)
+            self.budget.give_back(self._input_granted)
+            self._input_granted = 0
             for waiter in self.waiters:  # waiters rule 4 (a connection torn down mid-wait)
                 self.server.waiting.remove(waiter)
             self.waiters.clear()
@@ -146,8 +163,8 @@ class Connection:
         config = self.server.config
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._writer)
-            self._queue_frame(self.proto.greeting(
+            nursery.start_soon(self.outbox.run_writer)
+            self.outbox.queue_frame(self.proto.greeting(
                 version=self.server.version, idle_timeout_s=config.idle_timeout_s,
                 features=self.server.features, max_inflight=config.max_inflight,
                 max_waiting=config.max_waiting))
@@ -170,24 +187,23 @@ class Connection:
 
     def abort(self) -> None:
         """Tear the connection down now (its requests already read are still applied)."""
-        self.dead = True
+        self.outbox.dead = True
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
     async def _finish(self) -> None:
-        if self._auth_scope is not None:
-            self._auth_scope.cancel()
+        self._auth_scope.cancel()
         for waiter in list(self.waiters):
             self.end_wait(waiter)
         while self.proto.outstanding_count and not self.dead:
             self._all_answered = trio.Event()
             await self._all_answered.wait()
         if self.proto.protocol_error is not None and not self.dead:
-            self._queue_frame(self.proto.protocol_error_frame())
-        self._frames_in.close()
+            self.outbox.queue_frame(self.proto.protocol_error_frame())
+        self.outbox.end()
 
     async def _auth_deadline(self) -> None:
-        with trio.CancelScope() as self._auth_scope:
+        with self._auth_scope:
             with trio.move_on_after(self.server.config.auth_timeout_s):
                 await self._authenticated.wait()
                 return
@@ -198,15 +214,54 @@ class Connection:
     # -- reading ------------------------------------------------------------------------------
 
     def _may_read(self) -> bool:
+        outbox = self.outbox
         return (self.proto.outstanding_count < self.server.config.max_inflight
-                and self.unsent_bytes <= self.max_unsent_bytes)
+                and outbox.unsent_bytes + outbox.reserved_bytes <= outbox.max_unsent_bytes
+                and not self._input_wanted)
 
     async def _wait_until_may_read(self) -> None:
-        """Rule 3: park while this connection is over its limits (shutdown wakes it too)."""
-        while not self._may_read() and not self._stop_reading:
+        """Rule 3: park while this connection is over its limits (shutdown wakes it too).
+        Not shielded: the idle deadline may end the wait (rule 5)."""
+        while not self._may_read() and not (self._stop_reading or self.dead):
             self._resume = trio.Event()
+            wanted = self._input_wanted
+            if wanted:
+                if self.budget.fits(wanted):
+                    self._take_input(wanted)
+                    continue
+                self.budget.wait_for_room(self)
             await self._resume.wait()
         self._resume = None
+
+    def _track_input(self) -> None:
+        """budget.py rule 2, after each read: the frame being read, if large, holds a grant of
+        its whole length; reading waits until it has one."""
+        wanted = self.proto.front_frame_bytes
+        if wanted <= SMALL_BYTES:
+            wanted = 0
+        if wanted == self._input_granted:  # the same frame (or one as long, just begun)
+            if wanted:
+                self.proto.collect_front_frame()
+            return
+        if self._input_granted:
+            self.budget.give_back(self._input_granted)
+            self._input_granted = 0
+        if wanted:
+            if self.budget.fits(wanted):
+                self._take_input(wanted)
+            else:
+                self._input_wanted = wanted
+
+    def _take_input(self, nbytes: int) -> None:
+        self.budget.take(nbytes)
+        self._input_granted = nbytes
+        self._input_wanted = 0
+        self.proto.collect_front_frame()  # granted: its memory is allocated once
+
+    def wake(self) -> None:
+        """Look again at what this connection waits for (budget room, drained answers)."""
+        if self._resume is not None:
+            self._resume.set()
 
     async def _reader(self, inbox: trio.MemorySendChannel[Any]) -> None:
         if self._socket_fd is not None:
@@ -219,13 +274,14 @@ class Connection:
         idle_s = self.server.config.idle_timeout_s
         proto = self.proto
         while not (self._stop_reading or self._closing):
-            await self._wait_until_may_read()
-            if self._stop_reading:
-                return
+            data = None
             with trio.CancelScope(deadline=trio.current_time() + idle_s) as scope:
                 self._read_scope = scope
                 if self._stop_reading:
                     scope.cancel()
+                await self._wait_until_may_read()
+                if self._stop_reading or self.dead:
+                    return
                 try:
                     data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -245,6 +301,7 @@ class Connection:
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
+            self._track_input()
 
     async def _read_socket(self, inbox: trio.MemorySendChannel[Any]) -> None:
         """Plain TCP: read the socket's fd directly (``_socket_reads``).
@@ -285,9 +342,8 @@ class Connection:
         drained = False  # the last read emptied the socket: wait before reading again
         while not (self._stop_reading or self._closing):
             if not self._may_read():
-                with trio.CancelScope(shield=True):
-                    await self._wait_until_may_read()
-                if self._stop_reading:
+                await self._wait_until_may_read()
+                if self._stop_reading or self.dead:
                     return
             if drained:
                 await wait_readable(fd)
@@ -307,6 +363,7 @@ class Connection:
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
+            self._track_input()
             if not drained:
                 await trio.lowlevel.checkpoint()  # more bytes are waiting: let others run
 
@@ -362,7 +419,8 @@ class Connection:
         if not requests:
             return
         server = self.server
-        if len(requests) <= REQUEST_SLICE:
+        if len(requests) <= REQUEST_SLICE and self.outbox.reserve_all(
+                requests, server.config.max_frame):
             work = Work(self, requests, nbytes, time.perf_counter())
             if not (server.apply_now(work) or server.try_enqueue(inbox, work)):
                 with trio.CancelScope(shield=True):
@@ -373,35 +431,42 @@ class Connection:
 
     async def _handle_slices(self, requests: list[Request], inbox: trio.MemorySendChannel[Any],
                              nbytes: int) -> None:
-        # Rule 3: one read can hold many small requests with large answers (peeks, receives);
-        # slices go to the applier only while this connection's unsent bytes are under the cap.
-        # Their answers only exist once applied, so after a slice with such ops the next one
-        # waits until it is applied and the answers are under the cap.
-        server = self.server
+        # Rule 3: slices of at most REQUEST_SLICE requests (others get in between); a request
+        # whose answer may be large waits, with what came before it handed over, until its
+        # bound fits (the answers it waits for are encoded by the applier, or sent).
+        max_frame = self.server.config.max_frame
         share = nbytes // len(requests)
-        previous: Work | None = None
-        for start in range(0, len(requests), REQUEST_SLICE):
-            if previous is not None and previous.applied is not None:
-                await previous.applied.wait()
-                await self._wait_for_drain()
-            chunk = requests[start:start + REQUEST_SLICE]
-            previous = Work(self, chunk, share * len(chunk), time.perf_counter())
-            if start + REQUEST_SLICE < len(requests) and any(
-                    request.op in LARGE_ANSWER_OPS for request in chunk):
-                previous.applied = trio.Event()
-            if server.apply_now(previous):
-                # Applied in this task: let other connections in between slices, as they
-                # get in between slices sent to the inbox.
-                await trio.lowlevel.checkpoint()
-            elif not server.try_enqueue(inbox, previous):
-                await server.enqueue(inbox, previous)
+        start = 0
+        for index, request in enumerate(requests):
+            if request.op in BOUNDED_ANSWER_OPS:
+                bound = answer_bound_bytes(request, max_frame)
+                if not self.outbox.reserve(request.id, bound):
+                    if index > start:
+                        await self._submit(requests[start:index], share, inbox)
+                        start = index
+                    while not self.outbox.reserve(request.id, bound):
+                        if self.dead:
+                            return  # nobody will take the answers: the rest is not applied
+                        self._resume = trio.Event()
+                        self.budget.wait_for_room(self)
+                        await self._resume.wait()
+                    self._resume = None
+            if index + 1 - start == REQUEST_SLICE:
+                await self._submit(requests[start:index + 1], share, inbox)
+                start = index + 1
+        if start < len(requests):
+            await self._submit(requests[start:], share, inbox)
 
-    async def _wait_for_drain(self) -> None:
-        while self.unsent_bytes > self.max_unsent_bytes and not (self.dead
-                                                                 or self._stop_reading):
-            self._resume = trio.Event()
-            await self._resume.wait()
-        self._resume = None
+    async def _submit(self, requests: list[Request], share: int,
+                      inbox: trio.MemorySendChannel[Any]) -> None:
+        server = self.server
+        work = Work(self, requests, share * len(requests), time.perf_counter())
+        if server.apply_now(work):
+            # Applied in this task: let other connections in between slices, as they get in
+            # between slices sent to the inbox.
+            await trio.lowlevel.checkpoint()
+        elif not server.try_enqueue(inbox, work):
+            await server.enqueue(inbox, work)
 
     def _pre_auth_request(self, request: Request) -> None:
         """Rule 4. Runs here, not in the applier: it needs the key ring, not the engine."""
@@ -445,6 +510,7 @@ class Connection:
     def encode_answer(self, request_id: int, answer: Answer) -> bytes | None:
         """The frame answering ``request_id`` (no longer outstanding once this returns); queue
         it with :meth:`send_frames`. None if ``request_id`` is not awaiting an answer."""
+        self.outbox.release(request_id)  # the frame's own size counts once queued
         proto = self.proto
         try:
             if type(answer) is MapAnswer:
@@ -470,68 +536,19 @@ class Connection:
                 request_id, InternalError(f"encoding the result failed: {exc}"))
 
     def send_frames(self, frames: list[bytes]) -> None:
-        """Queue answer frames from :meth:`encode_answer`, in order, as one write."""
-        self._queue_frame(frames[0] if len(frames) == 1 else b"".join(frames))
+        """Queue answer frames from :meth:`encode_answer`, in order (outbox.py)."""
+        self.outbox.send_frames(frames)
         if self._all_answered is not None and self.proto.outstanding_count == 0:
             self._all_answered.set()
-        self._maybe_resume()
-
-    def _queue_frame(self, frame: bytes) -> None:
-        if self.dead:
-            return
-        if self._socket_fd is not None and self.unsent_bytes == 0:
-            # Fast path: nothing is queued and the writer is idle, so no frame can be
-            # overtaken; write what the socket takes now and queue only the rest. Saves a
-            # task switch per answer on the round-trip path.
-            try:
-                written = os.write(self._socket_fd, frame)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                self._died()
-                return
-            if written == len(frame):
-                return
-            frame = frame[written:]
-        try:
-            self._frames_in.send_nowait(frame)
-        except trio.WouldBlock:  # cannot happen while rule 3 holds; never drop silently
-            log.error("frame channel full; closing", extra={"peer": self.peer})
-            self.dead = True
-            self.abort()
-            return
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self.dead = True
-            return
-        self.unsent_bytes += len(frame)
-
-    def _maybe_resume(self) -> None:
-        if self._resume is not None and self._may_read():
+        if self._resume is not None:
             self._resume.set()
 
-    async def _writer(self) -> None:
-        frames = self._frames_out
-        try:
-            async for frame in frames:
-                pending, size = [frame], len(frame)
-                while size < WRITE_COALESCE_BYTES:
-                    try:
-                        more = frames.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    pending.append(more)
-                    size += len(more)
-                await self.stream.send_all(pending[0] if len(pending) == 1
-                                           else b"".join(pending))
-                self.unsent_bytes -= size
-                self._maybe_resume()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._died()
-
     def _died(self) -> None:
-        self.dead = True
+        self.outbox.dead = True
         if self._all_answered is not None:
             self._all_answered.set()
+        if self._resume is not None:
+            self._resume.set()
         self.abort()
 
     # -- waiting receives ----------------------------------------------------------------------
@@ -542,6 +559,9 @@ class Connection:
         if self._nursery is None or self.reading_done or self.dead:
             return False
         self.waiters.add(waiter)
+        # A wait may last long and must not hold back later requests (PROTOCOL §2): its answer
+        # is counted when it comes, bounded by max_waiting answers of max_frame.
+        self.outbox.release(waiter.request_id)
         return True
 
     def end_wait(self, waiter: Waiter) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import secrets
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -31,10 +32,13 @@ import cbor2
 
 from lamina.engine.errors import LaminaError, ProtocolError
 
+from .item_count import check_item_count
+
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "FRAME_HEADER_BYTES", "MAX_FRAME_LENGTH", "MAX_NESTING_DEPTH",
     "MIN_MAX_FRAME_BYTES", "PRE_AUTH_MAX_FRAME_BYTES", "CBORTagged", "FrameReader",
-    "decode_item", "decode_item_strict", "encode_frame_header", "encode_head", "encode_int",
+    "check_item_count", "decode_item", "decode_item_strict", "encode_frame_header",
+    "encode_head", "encode_int",
     "find_unsupported_value", "head_size", "int_size", "PEEK_STATES", "Delivery", "PeekEntry",
     "Peeked", "PLAIN_SCALAR_TYPES", "delivery_size", "encode_entries_response",
     "encode_peek_response", "encode_receive_response", "encode_send_response",
@@ -77,17 +81,21 @@ def encode_frame_header(body_length: int) -> bytes:
 # --- Cutting frames out of a stream ------------------------------------------------------------
 
 
+#: A body this long may get an anonymous mapping of its length (``collect_front_frame``): pages
+#: cost memory once written and go back when done; buffers grown read by read fragment the heap.
+COLLECT_BODY_BYTES = 1024 * 1024
+
+
 class FrameReader:
     """Cuts frame bodies out of a byte stream that arrives in arbitrary pieces.
 
-    Invariants: ``_buffer[_start:]`` holds every byte fed and not yet returned in a frame. A
-    header's length is judged as soon as its 4 bytes are here, so a zero or oversized frame is
-    refused before any of its body is buffered (PROTOCOL §1). After one refusal the reader stays
-    failed: a stream that lost frame sync cannot be trusted, so nothing after it is parsed.
+    Invariants: ``_buffer[_start:]`` holds every byte fed and not yet returned in a frame, but
+    for a large body being collected (``_collecting``) or collected (``_body``), which comes
+    first. A zero or oversized length is refused from the header alone (PROTOCOL §1); after
+    one refusal the reader stays failed: a stream that lost frame sync cannot be trusted.
 
-    ``max_frame_bytes`` may be changed between calls (the server lowers it before ``auth``); it
-    applies to every header not yet judged.
-    """
+    ``max_frame_bytes`` may change between calls (lowered before ``auth``); it applies to every
+    header not yet judged."""
 
     def __init__(self, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
@@ -95,6 +103,9 @@ class FrameReader:
         self._buffer: bytes | bytearray = b""
         self._start = 0
         self._failure: ProtocolError | None = None
+        self._collecting: mmap.mmap | None = None  # a large frame's body, its length mapped
+        self._collected = 0  # ... bytes of it received
+        self._body: bytes | None = None  # ... complete, to be returned next
 
     @property
     def max_frame_bytes(self) -> int:
@@ -107,47 +118,97 @@ class FrameReader:
         self._max_frame_bytes = value
 
     @property
+    def front_frame_bytes(self) -> int:
+        """The front frame's whole length with its header, once that is in (clipped to max_frame:
+        a longer one is refused when parsed); before that, the bytes buffered."""
+        if self._collecting is not None:
+            return FRAME_HEADER_BYTES + len(self._collecting)
+        if self._body is not None:
+            return FRAME_HEADER_BYTES + len(self._body)
+        available = len(self._buffer) - self._start
+        if available < FRAME_HEADER_BYTES:
+            return available
+        (length,) = _HEADER.unpack_from(self._buffer, self._start)
+        return FRAME_HEADER_BYTES + min(length, self._max_frame_bytes)
+
+    @property
     def buffered_bytes(self) -> int:
-        """Bytes fed but not yet returned as frames (a partial frame, or frames not yet asked for)."""
-        return len(self._buffer) - self._start
+        """Bytes fed and not yet returned as frames."""
+        pending = len(self._buffer) - self._start
+        if self._collecting is not None:
+            pending += FRAME_HEADER_BYTES + self._collected
+        if self._body is not None:
+            pending += FRAME_HEADER_BYTES + len(self._body)
+        return pending
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. Cheap: parsing happens in :meth:`next_frame`."""
         if self._failure is not None:
             return
+        if self._collecting is not None:
+            self._collect(data)
+            return
         buffer = self._buffer
         if self._start >= len(buffer):
             # Nothing pending (the usual case): keep the bytes as they are, no copy.
-            self._buffer = data if type(data) is bytes else bytes(data)
-            self._start = 0
+            self._buffer, self._start = (data if type(data) is bytes else bytes(data)), 0
+        else:
+            if type(buffer) is not bytearray:
+                self._buffer = buffer = bytearray(memoryview(buffer)[self._start:])
+                self._start = 0
+            elif self._start:
+                # Compact only here, so a frame arriving in pieces is never copied repeatedly.
+                del buffer[: self._start]
+                self._start = 0
+            buffer += data
+
+    def collect_front_frame(self) -> None:
+        """Allocate the front frame's whole body now if it is large and incomplete (the rest is
+        copied in as it arrives); for a reader that accounts for that memory (budget.py)."""
+        available = len(self._buffer) - self._start
+        if available < FRAME_HEADER_BYTES or self._body is not None:
             return
-        if type(buffer) is not bytearray:
-            self._buffer = buffer = bytearray(memoryview(buffer)[self._start:])
-            self._start = 0
-        elif self._start:
-            # Compact only here, so a frame arriving in many pieces is never copied repeatedly.
-            del buffer[: self._start]
-            self._start = 0
-        buffer += data
+        (length,) = _HEADER.unpack_from(self._buffer, self._start)
+        if (length < COLLECT_BODY_BYTES or length > self._max_frame_bytes
+                or available >= FRAME_HEADER_BYTES + length):
+            return
+        self._collecting = body = mmap.mmap(-1, length)
+        self._collected = available - FRAME_HEADER_BYTES
+        body[:self._collected] = memoryview(self._buffer)[self._start + FRAME_HEADER_BYTES:]
+        self._buffer, self._start = b"", 0
+
+    def _collect(self, data: bytes | bytearray | memoryview) -> None:
+        body, start = self._collecting, self._collected
+        assert body is not None, "collecting no frame"
+        missing = len(body) - start
+        if len(data) < missing:
+            body[start:start + len(data)] = data
+            self._collected = start + len(data)
+            return
+        body[start:] = memoryview(data)[:missing]
+        self._body = body[:]
+        body.close()
+        self._collecting, self._collected = None, 0
+        self._buffer, self._start = bytes(data[missing:]), 0
 
     def next_frame(self) -> bytes | None:
-        """The next complete frame body, or None until more bytes are fed.
-
-        Raises ProtocolError for a zero or oversized length, and again on every later call.
-        """
+        """The next complete frame body, or None until more bytes are fed. Raises ProtocolError
+        for a zero or oversized length, and again on every later call."""
         if self._failure is not None:
             raise self._failure
+        if self._body is not None:
+            collected, self._body = self._body, None
+            return collected
+        if self._collecting is not None:
+            return None
         available = len(self._buffer) - self._start
         if available < FRAME_HEADER_BYTES:
             return None
         (length,) = _HEADER.unpack_from(self._buffer, self._start)
         if length == 0 or length > self._max_frame_bytes:
-            problem = "zero-length frame" if length == 0 else (
-                f"frame of {length} bytes exceeds max_frame {self._max_frame_bytes}"
-            )
-            self._failure = ProtocolError(problem)
-            self._buffer = b""
-            self._start = 0
+            self._failure = ProtocolError("zero-length frame" if length == 0 else f"frame of "
+                                          f"{length} bytes exceeds max_frame {self._max_frame_bytes}")
+            self._buffer, self._start = b"", 0
             raise self._failure
         if available < FRAME_HEADER_BYTES + length:
             return None
@@ -205,7 +266,7 @@ _SENTINEL_ITEM = cbor2.dumps(_SENTINEL)
 _ARRAY_OF_2_HEAD = b"\x82"
 
 
-def decode_item(body: bytes) -> Any:
+def decode_item(body: bytes, max_items: int | None = None) -> Any:
     """Decode a frame body that must hold exactly one well-formed CBOR item (PROTOCOL §1).
 
     Raises ProtocolError for malformed CBOR, trailing bytes, indefinite lengths, duplicate map
@@ -216,6 +277,10 @@ def decode_item(body: bytes) -> Any:
     Same answers as :func:`decode_item_strict`, faster for small bodies: one ``cbor2.loads``
     with the same options, one nesting level more for the wrapping array (see ``_SENTINEL``).
     Anything it does not accept goes to the strict decoder, which also words the error.
+
+    ``max_items``: a body over FAST_DECODE_MAX_BYTES holding more items than this is refused
+    (ProtocolError) after counting at most that many, before any is decoded (see
+    :func:`check_item_count`). Smaller bodies hold fewer items than bytes.
     """
     if len(body) <= FAST_DECODE_MAX_BYTES:
         try:
@@ -229,6 +294,8 @@ def decode_item(body: bytes) -> Any:
             if (type(pair) is list and len(pair) == 2 and type(pair[1]) is bytes
                     and pair[1] == _SENTINEL):
                 return pair[0]
+    elif max_items is not None:
+        check_item_count(body, max_items)
     return decode_item_strict(body)
 
 

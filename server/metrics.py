@@ -41,12 +41,14 @@ from .dispatch import OPERATIONS
 if TYPE_CHECKING:
     from lamina.engine import Engine
 
-__all__ = ["BUSIEST_QUEUES", "ServerMetrics"]
+__all__ = ["BUSIEST_QUEUES", "MAX_TRAFFIC_QUEUES", "ServerMetrics"]
 
 log = logging.getLogger("lamina.server")
 
 #: Queues that get per-tag series: the ones with the most requests since the last refresh.
 BUSIEST_QUEUES = 10
+#: Queues whose recent requests are tallied (the busiest are kept when there are more).
+MAX_TRAFFIC_QUEUES = 10_000
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -152,6 +154,15 @@ class ServerMetrics:
                 op, _Histogram(_LATENCY_BUCKETS))
         histogram.counts[bisect_left(histogram.bounds, seconds)] += 1
         histogram.total += seconds
+
+    def count_traffic(self, queue: str) -> None:
+        """One request on ``queue`` (an existing queue the caller may use)."""
+        traffic = self.traffic
+        traffic[queue.lower()] += 1
+        if len(traffic) > MAX_TRAFFIC_QUEUES:  # bounded without a metrics refresh too
+            kept = traffic.most_common(MAX_TRAFFIC_QUEUES // 2)
+            traffic.clear()
+            traffic.update(dict(kept))
 
     def observe_group(self, requests: int, seconds: float) -> None:
         """One group commit: how many requests it applied, and how long it took."""

@@ -80,6 +80,8 @@ from lamina.engine.errors import (
     Unauthorized,
 )
 
+from .accept import accept_connections
+from .budget import MemoryBudget
 from .busypoll import BusyPoll
 from .config import ServerConfig
 from .connection import Connection, Work
@@ -189,6 +191,8 @@ class Server:
         self.waiting = WaitingReceives()
         self.long_work = LongWork()  # long work running in chunks (longwork.py)
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6)
+        #: Memory of all connections' buffers (budget.py).
+        self.budget = MemoryBudget(config.max_buffered)
         self.connections: set[Connection] = set()
         self.port: int | None = None
         self.metrics_port: int | None = None
@@ -320,7 +324,7 @@ class Server:
         self._pool_done.set()
 
     async def _accept(self, listeners: list[trio.SocketListener], pool: trio.Nursery) -> None:
-        await trio.serve_listeners(self._handle_stream, listeners, handler_nursery=pool)
+        await accept_connections(listeners, self._handle_stream, pool)
 
     async def _handle_stream(self, stream: trio.SocketStream) -> None:
         """One connection, isolated: nothing it raises reaches another (rule 4)."""
@@ -636,7 +640,11 @@ class Server:
         observe = self.metrics.observe
         failure = group.failure
         frames: dict[Connection, list[bytes]] = {}
-        for reply in group.replies:
+        replies: list[Any] = group.replies
+        for index, reply in enumerate(replies):
+            # Dropped once encoded: a receive's or peek's records (up to max_frame) are not
+            # held beside their frame (budget.py counts the frames).
+            replies[index] = None
             answer = reply.answer
             if isinstance(answer, LaminaError):
                 outcome = answer.code
@@ -657,9 +665,6 @@ class Server:
             connection.send_frames(pending)
         for job in group.jobs:
             job.done.set()
-        for item in group.items:
-            if type(item) is Work and item.applied is not None:
-                item.applied.set()
         self._set_deadline()
         self.metrics.observe_group(group.count, now - group.started)
 
@@ -679,8 +684,6 @@ class Server:
             operation = check_request(op, args)
             caller = self.caller_of(connection)
             queue = args.get("queue")
-            if type(queue) is str:
-                self.metrics.traffic[queue.lower()] += 1
             if op == "receive":
                 answer = self._receive(connection, request, caller, work.started)
                 if answer is None:
@@ -708,6 +711,11 @@ class Server:
         except Exception as exc:  # a bug in this request alone (rule 4)
             log.exception("internal error in %s", op, extra={"event": "internal_error"})
             answer = InternalError(f"{op} failed: {type(exc).__name__}: {exc}")
+        else:
+            # Only a queue that passed the engine's name and permission checks is counted, so
+            # a client cannot grow the tally with names of its own (metrics.count_traffic).
+            if type(queue) is str and not isinstance(answer, LaminaError):
+                self.metrics.count_traffic(queue)
         replies.append(_Reply(connection, request.id, answer, op, work.started))
 
     # -- receives and waiters ------------------------------------------------------------------

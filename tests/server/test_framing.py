@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lamina.engine.errors import LaminaError, ProtocolError
 from lamina.engine.results import Sent
 from lamina.server.framing import (
+    COLLECT_BODY_BYTES,
     MAX_NESTING_DEPTH,
     PEEK_STATES,
     CBORTagged,
@@ -140,6 +141,37 @@ def test_several_frames_in_one_read_come_out_in_order() -> None:
     assert reader.buffered_bytes == 5
     reader.feed(frame(b"three")[5:])
     assert reader.next_frame() == b"three"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0, 3, 1000, COLLECT_BODY_BYTES - 1, COLLECT_BODY_BYTES,
+                                 COLLECT_BODY_BYTES + 70_000]), min_size=1, max_size=4),
+       st.lists(st.integers(1, 3) | st.integers(1000, 200_000), min_size=1, max_size=30)
+       .filter(lambda cuts: sum(cuts) > 5000), st.booleans())
+def test_frames_come_out_whole_however_the_stream_is_cut(sizes: list[int], cuts: list[int],
+                                                         collect: bool) -> None:
+    # Large bodies given their whole buffer early: the same frames, the same counts.
+    bodies = [bytes([n % 251 + 1]) * size + b"!" for n, size in enumerate(sizes)]
+    data = b"".join(frame(body) for body in bodies)
+    reader = FrameReader(4 * COLLECT_BODY_BYTES)
+    got: list[bytes] = []
+    position, fed = 0, 0
+    for cut in cuts * (len(data) // sum(cuts) + 1):
+        if position >= len(data):
+            break
+        piece = data[position:position + cut]
+        position += len(piece)
+        reader.feed(piece)
+        if collect:
+            reader.collect_front_frame()
+        fed += len(piece)
+        assert reader.buffered_bytes == fed - sum(len(b) + 4 for b in got)
+        while (body := reader.next_frame()) is not None:
+            got.append(body)
+            assert reader.buffered_bytes == fed - sum(len(b) + 4 for b in got)
+        if reader.buffered_bytes >= 4 and len(got) < len(bodies):
+            assert reader.front_frame_bytes == len(bodies[len(got)]) + 4
+    assert got == bodies and reader.buffered_bytes == 0
 
 
 def test_reader_stays_failed_after_a_bad_header() -> None:

@@ -70,7 +70,7 @@ def greeted_client(**limits: Any) -> ClientConnection:
 def test_public_api_changes_only_on_purpose() -> None:
     assert sorted(protocol.__all__) == sorted([
         "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "MAX_REQUEST_ID",
-        "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
+        "MAX_REQUEST_ITEMS", "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
         "ClientEvent", "Delivery", "Greeting", "LocalProtocolError", "PeekEntry", "Peeked",
         "ProtocolViolation", "RejectedRequest", "Request", "Response", "ServerConnection",
         "ServerEvent", "auth_signature", "delivery_size", "encode_error_response",
