@@ -21,6 +21,7 @@ from pyspark.sql import datasource as ds  # noqa: E402
 from lamina.engine import Engine  # noqa: E402
 from lamina.engine.records import PREFIX_SIZE, Message  # noqa: E402
 from lamina.tools import spark as lamina_spark  # noqa: E402
+from lamina.tools import sparkscan, sparkstream  # noqa: E402
 from lamina.tools.snapshot import Snapshot  # noqa: E402
 from lamina.tools.tagstate import TagStates  # noqa: E402
 
@@ -225,22 +226,22 @@ def test_write_then_receive(spark: Any, server: Any) -> None:
 def test_a_reclaimed_segment_fails_the_read(tmp_path: Path) -> None:
     path = tmp_path / "data"
     build_plain(path, 300, segment=100)
-    options = lamina_spark._ReadOptions.parse({"path": str(path)})
+    options = sparkscan.ReadOptions.parse({"path": str(path)})
     with Snapshot(path) as snapshot:
-        partitions = lamina_spark.plan(snapshot, options, lamina_spark._Bounds())
+        partitions = sparkscan.plan(snapshot, options, sparkscan._Bounds())
     assert [p.segment for p in partitions] == [0, 100, 200]
     with Engine.open(path) as engine:
         engine.purge_queue("q")  # gone_seq passes every segment: they are reclaimed
     with pytest.raises(lamina_spark.SegmentGone, match="segment 0 of queue 'q'"):
-        list(lamina_spark.read_partition(str(path), partitions[0], lamina_spark.SCHEMA))
+        list(sparkscan.read_partition(str(path), partitions[0], lamina_spark.SCHEMA))
 
 
 def _read_all(path: Path) -> list[Any]:
-    options = lamina_spark._ReadOptions.parse({"path": str(path)})
+    options = sparkscan.ReadOptions.parse({"path": str(path)})
     with Snapshot(path) as snapshot:
-        partitions = lamina_spark.plan(snapshot, options, lamina_spark._Bounds())
+        partitions = sparkscan.plan(snapshot, options, sparkscan._Bounds())
     return [batch for p in partitions
-            for batch in lamina_spark.read_partition(str(path), p, lamina_spark.SCHEMA)]
+            for batch in sparkscan.read_partition(str(path), p, lamina_spark.SCHEMA)]
 
 
 def test_partitions_read_in_production_order(mixed: Path) -> None:
@@ -261,10 +262,10 @@ def test_partitions_read_in_production_order(mixed: Path) -> None:
 
 def test_batches_hold_at_most_batch_rows_and_about_batch_bytes(
         plain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lamina_spark, "BATCH_ROWS", 30)
+    monkeypatch.setattr(sparkscan, "BATCH_ROWS", 30)
     assert [b.num_rows for b in _read_all(plain)] == [30, 30, 30, 10] * 10
     value_bytes = len(body(0)) + 90  # prefix and record around a 64-byte body
-    monkeypatch.setattr(lamina_spark, "BATCH_BYTES", 12 * value_bytes - 1)
+    monkeypatch.setattr(sparkscan, "BATCH_BYTES", 12 * value_bytes - 1)
     batches = _read_all(plain)  # a batch ends with the row that reaches BATCH_BYTES
     assert [b.num_rows for b in batches] == ([12] * 8 + [4]) * 10
     assert [r["seq"] for b in batches for r in b.select(["seq"]).to_pylist()] == list(
@@ -296,26 +297,26 @@ assert rows == 200 and frozen > 10_000 and gc.get_freeze_count() == frozen, froz
     (ds.EqualTo(("seq",), 5), (5, 6)),
 ])
 def test_comparisons_become_ranges(filter_: Any, expected: Any) -> None:
-    assert lamina_spark._compare_span(filter_, filter_.value, 1) == expected
+    assert sparkscan._compare_span(filter_, filter_.value, 1) == expected
 
 
 def test_microsecond_bounds_round_to_whole_milliseconds() -> None:
     # enqueue_time is whole ms: > 1.0005 ms means >= 2 ms; <= 1.0005 ms means < 2 ms
-    assert lamina_spark._compare_span(ds.GreaterThan(("t",), 1000), 1500, 1000) == (2, None)
-    assert lamina_spark._compare_span(ds.GreaterThanOrEqual(("t",), 0), 1500, 1000) == (2, None)
-    assert lamina_spark._compare_span(ds.LessThan(("t",), 0), 1500, 1000) == (None, 2)
-    assert lamina_spark._compare_span(ds.LessThanOrEqual(("t",), 0), 1500, 1000) == (None, 2)
-    assert lamina_spark._compare_span(ds.EqualTo(("t",), 0), 1500, 1000) == (0, 0)
-    bounds = lamina_spark._Bounds()
-    assert not lamina_spark._push(ds.IsNotNull(("enqueue_time",)), bounds)
-    assert not lamina_spark._push(ds.StringContains(("topic",), "x"), bounds)
+    assert sparkscan._compare_span(ds.GreaterThan(("t",), 1000), 1500, 1000) == (2, None)
+    assert sparkscan._compare_span(ds.GreaterThanOrEqual(("t",), 0), 1500, 1000) == (2, None)
+    assert sparkscan._compare_span(ds.LessThan(("t",), 0), 1500, 1000) == (None, 2)
+    assert sparkscan._compare_span(ds.LessThanOrEqual(("t",), 0), 1500, 1000) == (None, 2)
+    assert sparkscan._compare_span(ds.EqualTo(("t",), 0), 1500, 1000) == (0, 0)
+    bounds = sparkscan._Bounds()
+    assert not sparkscan._push(ds.IsNotNull(("enqueue_time",)), bounds)
+    assert not sparkscan._push(ds.StringContains(("topic",), "x"), bounds)
 
 
 def test_stream_offsets_follow_the_log(tmp_path: Path) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
     path = tmp_path / "data"
     build_plain(path, 300, segment=100)
-    reader = lamina_spark.LaminaStreamReader({"path": str(path), "queue": "q"},
+    reader = sparkstream.LaminaStreamReader({"path": str(path), "queue": "q"},
                                              lamina_spark.SCHEMA)
     start = reader.initialOffset()
     assert start == {"q": {"id": 1, "seq": 0}}
@@ -325,7 +326,7 @@ def test_stream_offsets_follow_the_log(tmp_path: Path) -> None:
     assert [(p.segment, p.first_seq, p.end_seq) for p in parts] == [(0, 0, 100),
                                                                      (100, 100, 150)]
     rows = sum(b.num_rows for p in parts
-               for b in lamina_spark.read_partition(str(path), p, lamina_spark.SCHEMA))
+               for b in sparkscan.read_partition(str(path), p, lamina_spark.SCHEMA))
     assert rows == 150
     with Engine.open(path) as engine:
         engine.send("q", [b"new"])
@@ -334,7 +335,7 @@ def test_stream_offsets_follow_the_log(tmp_path: Path) -> None:
     assert [(p.first_seq, p.end_seq) for p in reader.partitions(capped, latest)] == [
         (150, 200), (200, 300), (300, 301)]
     reader.stop()
-    late = lamina_spark.LaminaStreamReader(
+    late = sparkstream.LaminaStreamReader(
         {"path": str(path), "queue": "q", "startingOffsets": "latest"}, lamina_spark.SCHEMA)
     assert late.initialOffset() == {"q": {"id": 1, "seq": 301}}
     late.stop()

@@ -79,11 +79,14 @@ def test_every_sqs_workload_against_a_real_endpoint(moto_endpoint: tuple[str, in
     assert document["systems"] == [url] and document["comparison"] == []
     results = {r["workload"]: r for r in document["results"]}
     assert set(results) == {"sqs-send", "sqs-consume", "sqs-rounds", "sqs-fifo"}
-    for workload, series_messages in {"sqs-send": [60], "sqs-consume": [60, 60, 60],
-                                      "sqs-rounds": [60, 60, 60, 60]}.items():
+    for workload, series_messages in {"sqs-send": [60], "sqs-rounds": [60, 60, 60, 60]}.items():
         median = results[workload]["median"]
         assert [s["messages"] for s in median["series"]] == series_messages, workload
         assert median["notes"] == [], median["notes"]
+    # moto now and then hands a message out twice under concurrent receives (its visibility
+    # bookkeeping is not atomic): the bench counts what it was given
+    consume = [s["messages"] for s in results["sqs-consume"]["median"]["series"]]
+    assert len(consume) == 3 and consume[0] == 60 and min(consume) >= 60, consume
     # moto's FIFO queues now and then hand a message out twice under concurrent receives:
     # the bench reports it rather than hides it
     sent, consumed = (s["messages"] for s in results["sqs-fifo"]["median"]["series"][:2])
