@@ -85,7 +85,7 @@ def _poll_window(text: str) -> int:
 
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
-    from lamina.tools.commands import parse_server  # cheap: no client import
+    from lamina.tools.cmdvalues import parse_server  # cheap: no client import
 
     from .peers import PEER_NAMES  # cheap: the names only
     parser = commands.add_parser(

@@ -31,26 +31,27 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
-import json
 import os
-import re
 import ssl
 import sys
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from lamina.engine.errors import LaminaError
-from lamina.server.config import DEFAULT_PORT
 
+from .cmdvalues import (
+    DEFAULT_SERVER,
+    parse_assignment,
+    parse_server,
+    parse_tag_start,
+    parse_time,
+)
 from .output import Output, body_text, format_time_ms
 
 if TYPE_CHECKING:  # the client (and trio) are imported when a command runs, not to parse
     from lamina.server.client import Client
 
-__all__ = ["add_client_commands", "parse_server", "parse_time"]
+__all__ = ["add_client_commands"]
 
-DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
 #: PROTOCOL §5: batch operations take at most this many entries per request.
 MAX_BATCH = 1000
 #: A send request is cut before its bodies pass this many bytes (far below any max_frame).
@@ -59,83 +60,6 @@ _SEND_CHUNK_BYTES = 1 << 20
 _SEND_TABLE_ROWS = 100
 
 Handler = Callable[["Client", argparse.Namespace, Output], "int | None"]
-
-
-# --- Parsing values ---------------------------------------------------------------------------
-
-
-def parse_server(text: str) -> tuple[str, int]:
-    """``host:port``, ``host``, ``:port`` or ``[v6]:port`` -> (host, port)."""
-    match = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:]*)(?::(\d+))?", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not host:port: {text!r}")
-    host = match.group(1) or match.group(3) or "127.0.0.1"
-    port = int(match.group(2) or match.group(4) or DEFAULT_PORT)
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"not a TCP port: {port}")
-    return host, port
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """``name=value`` -> (name, value read as JSON, else text)."""
-    name, equals, value = text.partition("=")
-    if not equals or not name:
-        raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}")
-    return name, _json_or_text(value)
-
-
-_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-@dataclass(frozen=True)
-class TimeSpec:
-    """A time from the command line: absolute (``ms``) or that long before the server's now
-    (``ago_ms``); ``word`` for the names ``oldest`` / ``now`` where a command takes them."""
-
-    ms: int | None = None
-    ago_ms: int | None = None
-    word: str | None = None
-
-    def resolve(self, client: Client) -> int | str:
-        if self.word is not None:
-            return self.word
-        if self.ms is not None:
-            return self.ms
-        assert self.ago_ms is not None
-        return client.ping() - self.ago_ms
-
-
-def parse_time(text: str, words: tuple[str, ...] = ()) -> TimeSpec:
-    """See the module docstring: ms, ISO 8601, or a duration ago (``15m``)."""
-    text = text.strip()
-    if text in words:
-        return TimeSpec(word=text)
-    if text.isdigit():
-        return TimeSpec(ms=int(text))
-    duration = re.fullmatch(r"-?(\d+(?:\.\d+)?)(ms|s|m|h|d)(?: ago)?", text)
-    if duration:
-        return TimeSpec(ago_ms=round(float(duration.group(1)) * _DURATION_MS[duration.group(2)]))
-    try:
-        stamp = datetime.fromisoformat(text)
-    except ValueError:
-        expected = "ms since the epoch, an ISO 8601 time or a duration ago (15m)"
-        if words:
-            expected = " or ".join(words) + ", " + expected
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (expected {expected})") from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return TimeSpec(ms=round(stamp.timestamp() * 1000))
-
-
-def _tag_start(text: str) -> TimeSpec:
-    return parse_time(text, words=("oldest", "now"))
 
 
 # --- Connecting and running -------------------------------------------------------------------
@@ -585,7 +509,7 @@ def add_client_commands(commands: Any) -> None:
     p = command(tags, "create", _tag_create, "create a tag (an independent reader)")
     p.add_argument("queue", help="queue name")
     p.add_argument("tag", help="tag name")
-    p.add_argument("--start", type=_tag_start, metavar="TIME",
+    p.add_argument("--start", type=parse_tag_start, metavar="TIME",
                    help="oldest, now (default) or a time (epoch ms or ISO-8601)")
     p.add_argument("--filter", action="append", default=[],
                    help="only messages with this attribute value; repeatable (default none: "

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lamina.server.client import Client
-from lamina.tools.commands import parse_server, parse_time
+from lamina.tools.cmdvalues import parse_server, parse_time
 
 
 def free_port() -> int:

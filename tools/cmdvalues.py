@@ -1,0 +1,102 @@
+"""Values of the ``lamina`` command line: server addresses, ``name=value`` attributes and
+times (milliseconds since the epoch, ISO 8601, or a duration ago such as ``15m``).
+
+Shared by the client commands and ``lamina bench``; imports nothing heavy, so parsing a
+command line stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from lamina.server.config import DEFAULT_PORT
+
+__all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "parse_assignment", "parse_server",
+           "parse_tag_start", "parse_time"]
+
+DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
+
+
+class ServerClock(Protocol):
+    """What resolving a time needs of a client: the server's clock (``ping``)."""
+
+    def ping(self) -> int: ...
+
+
+def parse_server(text: str) -> tuple[str, int]:
+    """``host:port``, ``host``, ``:port`` or ``[v6]:port`` -> (host, port)."""
+    match = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:]*)(?::(\d+))?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not host:port: {text!r}")
+    host = match.group(1) or match.group(3) or "127.0.0.1"
+    port = int(match.group(2) or match.group(4) or DEFAULT_PORT)
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {port}")
+    return host, port
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``name=value`` -> (name, value read as JSON, else text)."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}")
+    return name, _json_or_text(value)
+
+
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class TimeSpec:
+    """A time from the command line: absolute (``ms``) or that long before the server's now
+    (``ago_ms``); ``word`` for the names ``oldest`` / ``now`` where a command takes them."""
+
+    ms: int | None = None
+    ago_ms: int | None = None
+    word: str | None = None
+
+    def resolve(self, client: ServerClock) -> int | str:
+        if self.word is not None:
+            return self.word
+        if self.ms is not None:
+            return self.ms
+        assert self.ago_ms is not None
+        return client.ping() - self.ago_ms
+
+
+def parse_time(text: str, words: tuple[str, ...] = ()) -> TimeSpec:
+    """See the module docstring: ms, ISO 8601, or a duration ago (``15m``)."""
+    text = text.strip()
+    if text in words:
+        return TimeSpec(word=text)
+    if text.isdigit():
+        return TimeSpec(ms=int(text))
+    duration = re.fullmatch(r"-?(\d+(?:\.\d+)?)(ms|s|m|h|d)(?: ago)?", text)
+    if duration:
+        return TimeSpec(ago_ms=round(float(duration.group(1)) * _DURATION_MS[duration.group(2)]))
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        expected = "ms since the epoch, an ISO 8601 time or a duration ago (15m)"
+        if words:
+            expected = " or ".join(words) + ", " + expected
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (expected {expected})") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return TimeSpec(ms=round(stamp.timestamp() * 1000))
+
+
+def parse_tag_start(text: str) -> TimeSpec:
+    return parse_time(text, words=("oldest", "now"))
