@@ -44,11 +44,11 @@ import trio
 
 from lamina.engine.errors import InvalidArgument, LaminaError, Unauthorized, error_from_wire
 
-from .busypoll import MAX_BUSY_POLL_US
-from .framing import DEFAULT_MAX_FRAME_BYTES
+from lamina.wire.protocol import MAX_BUSY_POLL_US
+from lamina.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from .lease import AsyncLeaseKeeper, LeaseKeeper, process_async, process_sync
 from .operations import Delivery, Operations, Peeked, ServerInfo, message
-from .protocol import (
+from lamina.wire.protocol import (
     ClientConnection,
     Greeting,
     LocalProtocolError,
@@ -364,7 +364,7 @@ class Client(Operations):
                 lease_s: float = 30.0, limit: int | None = None,
                 stop: threading.Event | None = None, release_on_error: bool = False) -> int:
         """Receive and handle messages until ``limit`` are done or ``stop`` is set; -> how
-        many were handled and deleted. See :func:`lamina.server.lease.process_sync`."""
+        many were handled and deleted. See :func:`lamina.client.lease.process_sync`."""
         return process_sync(self, queue, handler, tag=tag, max=max, wait=wait,
                             lease_s=lease_s, limit=limit, stop=stop,
                             release_on_error=release_on_error)

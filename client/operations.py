@@ -3,8 +3,8 @@
 :class:`Operations` builds each request's arguments and decodes its result into the engine's
 result types (``lamina.engine.results``) or, where the wire carries a decoded message instead
 of stored bytes, this module's :class:`Delivery` and :class:`Peeked`. The transport is the
-subclass's ``_call(op, args, decode)``: :class:`~lamina.server.client.Client` returns the
-decoded result, :class:`~lamina.server.client.AsyncClient` returns an awaitable of it. So the
+subclass's ``_call(op, args, decode)``: :class:`~lamina.client.client.Client` returns the
+decoded result, :class:`~lamina.client.client.AsyncClient` returns an awaitable of it. So the
 methods below read the same for both; with ``AsyncClient`` you ``await`` them.
 
 Conventions (the engine's): argument names are the wire names; an argument left ``None`` is

@@ -58,7 +58,7 @@ from .dispatch import (
     SendAnswer,
     check_request,
 )
-from .protocol import (
+from lamina.wire.protocol import (
     LocalProtocolError,
     RejectedRequest,
     Request,

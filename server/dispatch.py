@@ -28,7 +28,7 @@ from lamina.engine.errors import (
 )
 from lamina.engine.results import Grant, QueueInfo, TagInfo, VisibilityChanged
 
-from .framing import (
+from lamina.wire.framing import (
     peek_entry_size,
     peek_response_overhead,
     receive_response_overhead,

@@ -79,7 +79,7 @@ from .framing import (
 
 __all__ = [
     "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "MAX_REQUEST_ID",
-    "MAX_REQUEST_ITEMS",
+    "MAX_BUSY_POLL_US", "MAX_REQUEST_ITEMS",
     "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
     "ClientEvent", "Delivery", "Greeting", "LocalProtocolError", "PeekEntry", "Peeked",
     "ProtocolViolation", "RejectedRequest", "Request", "Response", "ServerConnection",
@@ -109,6 +109,9 @@ DEFAULT_MAX_WAITING = 64
 #: messages each with body, topic, priority, delay and 64 attributes, holds about 139,000;
 #: without a bound a 16 MiB frame of one-byte items takes seconds of the event loop to decode.
 MAX_REQUEST_ITEMS = 150_000
+#: The longest busy-polling window allowed (server and clients; SO_BUSY_POLL): polling is for
+#: the gap between an answer and the next request, not a way to keep a core busy.
+MAX_BUSY_POLL_US = 10_000
 #: PROTOCOL §3: domain separation for the auth HMAC.
 AUTH_CONTEXT = b"lamina-auth-v1"
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lamina.engine.errors import LaminaError, ProtocolError
 from lamina.engine.results import Sent
-from lamina.server.framing import (
+from lamina.wire.framing import (
     COLLECT_BODY_BYTES,
     MAX_NESTING_DEPTH,
     PEEK_STATES,

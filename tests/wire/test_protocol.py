@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina.engine.errors import InternalError, InvalidArgument, QueueNotFound, Unauthorized
-from lamina.server import protocol
-from lamina.server.framing import MIN_MAX_FRAME_BYTES, PRE_AUTH_MAX_FRAME_BYTES, encode_head
-from lamina.server.protocol import (
+from lamina.wire import protocol
+from lamina.wire.framing import MIN_MAX_FRAME_BYTES, PRE_AUTH_MAX_FRAME_BYTES, encode_head
+from lamina.wire.protocol import (
     MAX_REQUEST_ID,
     ClientConnection,
     Greeting,
@@ -70,7 +70,7 @@ def greeted_client(**limits: Any) -> ClientConnection:
 def test_public_api_changes_only_on_purpose() -> None:
     assert sorted(protocol.__all__) == sorted([
         "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "MAX_REQUEST_ID",
-        "MAX_REQUEST_ITEMS", "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
+        "MAX_BUSY_POLL_US", "MAX_REQUEST_ITEMS", "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
         "ClientEvent", "Delivery", "Greeting", "LocalProtocolError", "PeekEntry", "Peeked",
         "ProtocolViolation", "RejectedRequest", "Request", "Response", "ServerConnection",
         "ServerEvent", "auth_signature", "delivery_size", "encode_error_response",

@@ -1,0 +1,1 @@
+"""Lamina's client (filled in below)."""
