@@ -26,19 +26,51 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 import trio
 
 from lamina.engine.errors import LaminaError
+from lamina.engine.results import VisibilityChanged
 
-if TYPE_CHECKING:
-    from .client import AsyncClient, Client
-    from .operations import Delivery
+from .operations import Delivery
 
-__all__ = ["AsyncLeaseKeeper", "LeaseKeeper", "process_async", "process_sync"]
+__all__ = ["AsyncLeaseClient", "AsyncLeaseKeeper", "LeaseClient", "LeaseKeeper", "process_async",
+           "process_sync"]
 
 log = logging.getLogger("lamina.client")
+
+
+
+class LeaseClient(Protocol):
+    """What a :class:`LeaseKeeper` needs of its client (the blocking ``Client`` has it)."""
+
+    def delete(self, queue: str, receipts: Iterable[Any],
+               tag: str | None = None) -> list[LaminaError | None]: ...
+
+    def delete_and_receive(self, queue: str, receipts: Iterable[Any], tag: str | None = None,
+                           max: int | None = None, wait: float | None = None,
+                           visibility_timeout: float | None = None
+                           ) -> tuple[list[LaminaError | None], list[Delivery]]: ...
+
+    def change_visibility(self, queue: str, entries: Iterable[Sequence[Any]],
+                          tag: str | None = None) -> list[VisibilityChanged | LaminaError]: ...
+
+
+class AsyncLeaseClient(Protocol):
+    """What an :class:`AsyncLeaseKeeper` needs of its client (``AsyncClient`` has it). The
+    methods return awaitables of what :class:`LeaseClient`'s return; they are written once for
+    both clients (``operations.py``), so they are typed ``Any`` here."""
+
+    def delete(self, queue: str, receipts: Iterable[Any], tag: str | None = None) -> Any: ...
+
+    def delete_and_receive(self, queue: str, receipts: Iterable[Any], tag: str | None = None,
+                           max: int | None = None, wait: float | None = None,
+                           visibility_timeout: float | None = None) -> Any: ...
+
+    def change_visibility(self, queue: str, entries: Iterable[Sequence[Any]],
+                          tag: str | None = None) -> Any: ...
+
 
 #: Leases are extended when this fraction of ``lease_s`` has passed since the last extension.
 EXTEND_FRACTION = 1 / 3
@@ -85,7 +117,7 @@ class LeaseKeeper:
     messages still held come back when their leases run out.
     """
 
-    def __init__(self, client: Client, queue: str, *, tag: str | None = None,
+    def __init__(self, client: LeaseClient, queue: str, *, tag: str | None = None,
                  lease_s: float = 30.0) -> None:
         self.client, self.queue, self.tag = client, queue, tag
         self._leases = _Leases(lease_s)
@@ -182,7 +214,7 @@ class LeaseKeeper:
 class AsyncLeaseKeeper:
     """The trio twin of :class:`LeaseKeeper`: ``async with`` it; methods are awaited."""
 
-    def __init__(self, client: AsyncClient, queue: str, *, tag: str | None = None,
+    def __init__(self, client: AsyncLeaseClient, queue: str, *, tag: str | None = None,
                  lease_s: float = 30.0) -> None:
         self.client, self.queue, self.tag = client, queue, tag
         self._leases = _Leases(lease_s)
@@ -272,7 +304,7 @@ class AsyncLeaseKeeper:
 # --- Worker loops --------------------------------------------------------------------------------
 
 
-def process_sync(client: Client, queue: str, handler: Callable[[Delivery], Any], *,
+def process_sync(client: LeaseClient, queue: str, handler: Callable[[Delivery], Any], *,
                  tag: str | None, max: int, wait: float, lease_s: float, limit: int | None,
                  stop: threading.Event | None, release_on_error: bool) -> int:
     """Receive (leasing for ``lease_s``), run ``handler`` on each message while its lease is
@@ -308,7 +340,7 @@ def process_sync(client: Client, queue: str, handler: Callable[[Delivery], Any],
     return handled
 
 
-async def process_async(client: AsyncClient, queue: str,
+async def process_async(client: AsyncLeaseClient, queue: str,
                         handler: Callable[[Delivery], Awaitable[Any]], *, tag: str | None,
                         max: int, wait: float, lease_s: float, limit: int | None,
                         stop: trio.Event | None, release_on_error: bool) -> int:

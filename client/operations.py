@@ -116,7 +116,7 @@ class Delivery:
                 self.next_visible_time)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._fields() == self._fields()  # type: ignore
+        return type(other) is type(self) and other._fields() == self._fields()
 
     def __hash__(self) -> int:
         return hash(self._fields())
@@ -376,7 +376,7 @@ class Operations(ABC):
         delete = ("delete", _args(queue=queue, tag=tag, receipts=wire))
         return self._call_many((delete, receive), _deleted_and_received)
 
-    def change_visibility(self, queue: str, entries: Iterable[tuple[Any, float]],
+    def change_visibility(self, queue: str, entries: Iterable[Sequence[Any]],
                           tag: str | None = None) -> list[VisibilityChanged | LaminaError]:
         """Per ``(receipt, timeout_s)``: a new lease ending ``timeout_s`` from now (its new
         receipt), or with 0 the end of the lease (receipt None)."""

@@ -49,7 +49,7 @@ between two offsets, one partition per segment they touch.
 ``secret`` (authentication), ``tls`` (``true``), ``batchSize`` (default 500 messages). Columns:
 ``body`` (binary or string, required), optional ``attributes`` (map), ``priority`` (int),
 ``topic`` (string), ``delay`` (seconds). Each partition sends its rows in batches through
-``lamina.client.client.Client``; a refused message fails the task. A retried task sends its
+``lamina.client.Client``; a refused message fails the task. A retried task sends its
 partition again (at-least-once).
 """
 
@@ -556,7 +556,7 @@ class LaminaCommit(WriterCommitMessage):
 
 
 class LaminaWriter(DataSourceWriter):
-    """Sends each partition's rows through ``lamina.client.client.Client``."""
+    """Sends each partition's rows through ``lamina.client.Client``."""
 
     def __init__(self, options: Any, schema: StructType):
         server = options.get("server")
@@ -577,7 +577,7 @@ class LaminaWriter(DataSourceWriter):
                         if name in names]
 
     def write(self, iterator: Iterator[Any]) -> LaminaCommit:
-        from lamina.client.client import Client, message
+        from lamina.client import Client, message
         batch_bytes_limit = 1 << 20
         sent = 0
         with Client.connect(self.host, self.port, key=self.key, secret=self.secret,

@@ -8,9 +8,9 @@ Every Lamina stream, in both directions, is a sequence of frames::
 
 This module cuts frames out of a byte stream (:class:`FrameReader`), decodes one frame body
 under the protocol's strictness rules (:func:`decode_item`), finds the values a request may not
-carry (:func:`find_unsupported_value`), writes CBOR heads by hand (:func:`encode_head`), and with
-them builds receive and peek frames around stored records without re-encoding the records
-(:func:`encode_receive_response`, :func:`encode_peek_response`, PROTOCOL §4 — the hot path).
+carry (:func:`find_unsupported_value`), and sizes CBOR heads and integers (:func:`head_size`,
+:func:`encode_int`). The frames built around stored records (PROTOCOL §4, the hot path) are in
+``splicing.py``.
 
 It knows nothing of requests, ids or connections; that is ``protocol.py``. Bytes from the peer
 that break a rule raise :class:`~lamina.engine.errors.ProtocolError` (the wire error, "the peer
@@ -24,25 +24,22 @@ import math
 import mmap
 import secrets
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 import cbor2
 
-from lamina.engine.errors import LaminaError, ProtocolError
+from lamina.engine.errors import ProtocolError
+from lamina.engine.records import cbor_head
 
 from .item_count import check_item_count
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "FRAME_HEADER_BYTES", "MAX_FRAME_LENGTH", "MAX_NESTING_DEPTH",
-    "MIN_MAX_FRAME_BYTES", "PRE_AUTH_MAX_FRAME_BYTES", "CBORTagged", "FrameReader",
-    "check_item_count", "decode_item", "decode_item_strict", "encode_frame_header",
-    "encode_head", "encode_int",
-    "find_unsupported_value", "head_size", "int_size", "PEEK_STATES", "Delivery", "PeekEntry",
-    "Peeked", "PLAIN_SCALAR_TYPES", "delivery_size", "encode_entries_response",
-    "encode_peek_response", "encode_receive_response", "encode_send_response",
-    "peek_entry_size", "peek_response_overhead", "receive_response_overhead",
+    "MIN_MAX_FRAME_BYTES", "PLAIN_SCALAR_TYPES", "PRE_AUTH_MAX_FRAME_BYTES", "CBORTagged",
+    "FrameReader", "check_item_count", "decode_item", "decode_item_strict", "encode_frame_header",
+    "encode_int", "find_unsupported_value", "head_size", "int_size",
 ]
 
 # --- Hard limits, each with its reason ---------------------------------------------------------
@@ -362,46 +359,14 @@ def find_unsupported_value(value: Any) -> str | None:
             return f"unsupported CBOR value of type {kind.__name__}"
     return None
 
-
-# --- Writing CBOR heads by hand ----------------------------------------------------------------
-
-# RFC 8949 §3: a head is the major type (3 bits) and an argument; the argument is stored in the
-# additional-information bits when below 24, else in the shortest of 1, 2, 4 or 8 following bytes.
-_SMALL_HEADS = tuple(tuple(bytes([major << 5 | arg]) for arg in range(24)) for major in range(8))
-_U16 = struct.Struct(">BH")
-_U32 = struct.Struct(">BI")
-_U64 = struct.Struct(">BQ")
-
-
-def encode_head(major_type: int, argument: int) -> bytes:
-    """The shortest (RFC 8949 preferred) head for ``major_type`` 0..7 and ``argument`` 0..2^64-1.
-
-    For byte strings, text, arrays and maps the argument is the length; for major types 0 and 1
-    it is the integer itself (see :func:`encode_int`).
-    """
-    if argument < 24:
-        if argument < 0 or not 0 <= major_type <= 7:
-            raise ValueError(f"no CBOR head for major type {major_type}, argument {argument}")
-        return _SMALL_HEADS[major_type][argument]
-    initial = major_type << 5
-    if not 0 <= major_type <= 7:
-        raise ValueError(f"no CBOR major type {major_type}")
-    if argument < 0x100:
-        return bytes((initial | 24, argument))
-    if argument < 0x10000:
-        return _U16.pack(initial | 25, argument)
-    if argument < 0x100000000:
-        return _U32.pack(initial | 26, argument)
-    if argument < 0x10000000000000000:
-        return _U64.pack(initial | 27, argument)
-    raise ValueError(f"CBOR head argument {argument} does not fit in 64 bits")
+# --- Sizes and integers of CBOR heads (the head encoder is ``lamina.engine.records.cbor_head``) --
 
 
 def encode_int(value: int) -> bytes:
     """A CBOR integer in -2^64..2^64-1, encoded exactly as cbor2.dumps would."""
     if value >= 0:
-        return encode_head(0, value)
-    return encode_head(1, -1 - value)
+        return cbor_head(0, value)
+    return cbor_head(1, -1 - value)
 
 
 def head_size(argument: int) -> int:
@@ -421,179 +386,3 @@ def int_size(value: int) -> int:
     """Bytes of :func:`encode_int` (``value``)."""
     return head_size(value if value >= 0 else -1 - value)
 
-
-# --- Splicing stored records into receive and peek frames --------------------------------------
-#
-# A stored record is already one CBOR item (PROTOCOL §4), so a response embedding it is built
-# from hand-written heads around the stored bytes: never decoded, never re-encoded. Every piece
-# is encoded as cbor2.dumps would (shortest heads, dict order), so the output is byte-identical
-# to cbor2.dumps of the decoded structure. Sizes below are exact, for staying under max_frame.
-
-#: PROTOCOL §4: the states a peeked message can be in.
-PEEK_STATES = frozenset({"active", "inflight", "delayed", "parked", "deleted", "dead"})
-
-#: ``(record, receipt, dequeue_count, first_dequeue_time, next_visible_time)``; ``record`` is the
-#: stored, already-encoded CBOR record (PROTOCOL §4).
-Delivery: TypeAlias = tuple[bytes, bytes, int, int, int]
-#: ``(record, state, dequeue_count, first_dequeue_time, next_visible_time)``.
-Peeked: TypeAlias = tuple[bytes, str, int, int | None, int | None]
-#: A peek entry is a peeked message, or (``ids`` mode) the error map for that id.
-PeekEntry: TypeAlias = Peeked | Mapping[str, Any] | LaminaError
-
-
-_ARRAY_OF_3 = encode_head(4, 3)
-_ARRAY_OF_5 = encode_head(4, 5)
-_MAP_OF_1 = encode_head(5, 1)
-_MAP_OF_2 = encode_head(5, 2)
-_NULL = cbor2.dumps(None)
-_MESSAGES_KEY = cbor2.dumps("messages")
-_NEXT_KEY = cbor2.dumps("next")
-_STATE_TEXTS = {state: cbor2.dumps(state) for state in PEEK_STATES}
-
-
-def delivery_size(delivery: Delivery) -> int:
-    """Bytes ``delivery`` adds to a receive response."""
-    record, receipt, dequeue_count, first_dequeue_time, next_visible_time = delivery
-    return (len(_ARRAY_OF_5) + len(record) + head_size(len(receipt)) + len(receipt)
-            + int_size(dequeue_count) + int_size(first_dequeue_time) + int_size(next_visible_time))
-
-
-def receive_response_overhead(request_id: int, count: int) -> int:
-    """Bytes of a receive response body besides its ``count`` deliveries (no length prefix):
-    body length = this + sum of :func:`delivery_size`, which must stay <= max_frame."""
-    return (len(_ARRAY_OF_3) + int_size(request_id) + len(_NULL) + len(_MAP_OF_1)
-            + len(_MESSAGES_KEY) + head_size(count))
-
-
-def encode_receive_response(request_id: int, deliveries: Sequence[Delivery]) -> bytes:
-    """The frame ``[id, null, {"messages": [delivery...]}]``, each delivery
-    ``[record, receipt, dequeue_count, first_dequeue_time, next_visible_time]``."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _MESSAGES_KEY,
-             encode_head(4, len(deliveries))]
-    extend = parts.extend
-    pack_usual_tail = _USUAL_DELIVERY_TAIL.pack
-    receipt_head_bytes, receipt_head = -1, b""
-    for record, receipt, dequeue_count, first_dequeue_time, next_visible_time in deliveries:
-        if len(receipt) != receipt_head_bytes:  # receipts of one queue: one length, usually
-            receipt_head_bytes = len(receipt)
-            receipt_head = encode_head(2, receipt_head_bytes)
-        if (dequeue_count < 24 and _U32_END <= first_dequeue_time < _U64_END
-                and _U32_END <= next_visible_time < _U64_END):
-            tail = pack_usual_tail(dequeue_count, _U64_HEAD, first_dequeue_time, _U64_HEAD,
-                                   next_visible_time)
-        else:
-            tail = (encode_int(dequeue_count) + encode_int(first_dequeue_time)
-                    + encode_int(next_visible_time))
-        extend((_ARRAY_OF_5, record, receipt_head, receipt, tail))
-    return _frame_of_parts(parts)
-
-
-# The usual tail of a delivery in one pack, as encode_int would write it: a dequeue count
-# below 24 is its own head byte, and a time in ms since 1970 is past 2^32, so it takes the
-# 8-byte form (head 0x1b).
-_USUAL_DELIVERY_TAIL = struct.Struct(">BBQBQ")
-_U64_HEAD = 0x1B
-_U32_END = 0x100000000
-_U64_END = 0x10000000000000000
-
-
-_RESULTS_KEY = cbor2.dumps("results")
-
-
-def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
-    """The frame ``[id, null, {"results": [...]}]`` answering a ``send``: per entry ``[id,
-    enqueue_time, md5]`` for a ``Sent`` (anything with those attributes), else the error map
-    of a LaminaError. Byte-identical to cbor2.dumps, at a fraction of its cost (the hot path
-    of every producer)."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _RESULTS_KEY,
-             encode_head(4, len(results))]
-    append, extend = parts.append, parts.extend
-    prefixes = _SENT_PREFIXES
-    last_time, time_bytes = None, b""
-    for entry in results:
-        if isinstance(entry, LaminaError):
-            append(cbor2.dumps(entry.to_wire()))
-            continue
-        message_id = entry.id.encode()
-        prefix = prefixes.get(len(message_id))
-        if prefix is None:  # the array head and the id's text head, by id length
-            prefix = prefixes[len(message_id)] = _ARRAY_OF_3 + encode_head(3, len(message_id))
-        if entry.enqueue_time != last_time:  # one time for a whole batch, usually
-            last_time = entry.enqueue_time
-            time_bytes = encode_int(last_time)
-        md5 = entry.md5
-        extend((prefix, message_id, time_bytes,
-                _BYTES_16_HEAD if len(md5) == 16 else encode_head(2, len(md5)), md5))
-    return _frame_of_parts(parts)
-
-
-_SENT_PREFIXES: dict[int, bytes] = {}
-_BYTES_16_HEAD = encode_head(2, 16)
-
-
-def encode_entries_response(request_id: int, results: list[LaminaError | None]) -> bytes:
-    """The frame ``[id, null, {"results": [...]}]`` answering ``delete``, ``dead`` or
-    ``delete_by_id``: per entry null, or the error map of a LaminaError. Byte-identical to
-    cbor2.dumps, several times cheaper for the usual all-null batch."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _RESULTS_KEY,
-             encode_head(4, len(results))]
-    if results.count(None) == len(results):
-        parts.append(_NULL * len(results))
-    else:
-        parts.extend(_NULL if entry is None else cbor2.dumps(entry.to_wire())
-                     for entry in results)
-    return _frame_of_parts(parts)
-
-
-def _optional_int(value: int | None) -> bytes:
-    return _NULL if value is None else encode_int(value)
-
-
-def _state_text(state: str) -> bytes:
-    try:
-        return _STATE_TEXTS[state]
-    except KeyError:
-        raise ValueError(f"peek state {state!r} is not one of {sorted(PEEK_STATES)}") from None
-
-
-def peek_entry_size(entry: PeekEntry) -> int:
-    """Bytes ``entry`` adds to a peek response."""
-    if isinstance(entry, tuple):
-        record, state, dequeue_count, first_dequeue_time, next_visible_time = entry
-        return (len(_ARRAY_OF_5) + len(record) + len(_state_text(state)) + int_size(dequeue_count)
-                + (1 if first_dequeue_time is None else int_size(first_dequeue_time))
-                + (1 if next_visible_time is None else int_size(next_visible_time)))
-    return len(_encode_error_entry(entry))
-
-
-def peek_response_overhead(request_id: int, count: int, next_cursor: Any) -> int:
-    """Bytes of a peek response body besides its ``count`` entries (no length prefix)."""
-    return (len(_ARRAY_OF_3) + int_size(request_id) + len(_NULL) + len(_MAP_OF_2)
-            + len(_MESSAGES_KEY) + head_size(count) + len(_NEXT_KEY) + len(cbor2.dumps(next_cursor)))
-
-
-def _encode_error_entry(entry: Mapping[str, Any] | LaminaError) -> bytes:
-    return cbor2.dumps(entry.to_wire() if isinstance(entry, LaminaError) else entry)
-
-
-def encode_peek_response(request_id: int, entries: Sequence[PeekEntry], next_cursor: Any) -> bytes:
-    """The frame ``[id, null, {"messages": [entry...], "next": next_cursor}]``, each entry
-    ``[record, state, dequeue_count, first_dequeue_time|null, next_visible_time|null]`` or, in
-    ``ids`` mode, an error map (or LaminaError) for an id that failed."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_2, _MESSAGES_KEY,
-             encode_head(4, len(entries))]
-    for entry in entries:
-        if isinstance(entry, tuple):
-            record, state, dequeue_count, first_dequeue_time, next_visible_time = entry
-            parts.extend((_ARRAY_OF_5, record, _state_text(state), encode_int(dequeue_count),
-                          _optional_int(first_dequeue_time), _optional_int(next_visible_time)))
-        else:
-            parts.append(_encode_error_entry(entry))
-    parts.extend((_NEXT_KEY, cbor2.dumps(next_cursor)))
-    return _frame_of_parts(parts)
-
-
-def _frame_of_parts(parts: list[bytes]) -> bytes:
-    """Join ``parts[1:]`` as a frame body; ``parts[0]`` is the placeholder for the prefix."""
-    parts[0] = encode_frame_header(sum(map(len, parts)))
-    return b"".join(parts)

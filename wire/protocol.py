@@ -32,11 +32,13 @@ Rules of the connection state (every one of them lives in this file):
    the entries of a batch (``BATCH_ARGUMENTS``) it fails only that entry (PROTOCOL §2): the
    engine judges each entry, and refuses such values there.
 
-Frames and strict CBOR, and the receive/peek encoders that splice stored records, live in
-``framing.py``; the latter are re-exported here so servers need only this module.
+Frames and strict CBOR live in ``framing.py``, the encoders that splice stored records in
+``splicing.py``, the events in ``events.py`` and the server's answers in ``answers.py``; what a
+server or client needs of them is re-exported here, so they need only this module.
 
 Errors split as in h11: the peer misbehaving is a ProtocolViolation event carrying the wire
-``ProtocolError``; our own code misusing this API raises :class:`LocalProtocolError`.
+``ProtocolError``; our own code misusing this API raises :class:`LocalProtocolError` (its subclasses, in
+``errors.py``, say which misuse).
 """
 
 from __future__ import annotations
@@ -45,50 +47,80 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any
 
 import cbor2
 
 from lamina.engine.errors import InvalidArgument, LaminaError, ProtocolError
 
+from .answers import (
+    Answer,
+    EntriesAnswer,
+    MapAnswer,
+    PeekAnswer,
+    ReceiveAnswer,
+    SendAnswer,
+)
+from .errors import (
+    AnswerTooLarge,
+    ConnectionEnding,
+    LocalProtocolError,
+    RequestIdsExhausted,
+    RequestTooLarge,
+    UnknownRequestId,
+)
+from .events import (
+    ClientEvent,
+    Greeting,
+    ProtocolViolation,
+    RejectedRequest,
+    Request,
+    Response,
+    ServerEvent,
+)
 from .framing import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAME_HEADER_BYTES,
     MAX_FRAME_LENGTH,
     MIN_MAX_FRAME_BYTES,
-    PEEK_STATES,
     PLAIN_SCALAR_TYPES,
     PRE_AUTH_MAX_FRAME_BYTES,
-    Delivery,
     FrameReader,
-    PeekEntry,
-    Peeked,
     decode_item,
+    encode_frame_header,
+    find_unsupported_value,
+)
+from .splicing import (
+    PEEK_STATES,
+    DeliveryFrame,
+    PeekedFrame,
+    PeekEntry,
     delivery_size,
     encode_entries_response,
-    encode_frame_header,
     encode_peek_response,
     encode_receive_response,
     encode_send_response,
-    find_unsupported_value,
     peek_entry_size,
     peek_response_overhead,
     receive_response_overhead,
 )
 
 __all__ = [
-    "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "MAX_REQUEST_ID",
-    "MAX_BUSY_POLL_US", "MAX_REQUEST_ITEMS",
-    "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
-    "ClientEvent", "Delivery", "Greeting", "LocalProtocolError", "PeekEntry", "Peeked",
-    "ProtocolViolation", "RejectedRequest", "Request", "Response", "ServerConnection",
-    "ServerEvent", "auth_signature", "delivery_size", "encode_error_response",
+    "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "DEFAULT_PORT",
+    "MAX_BUSY_POLL_US", "MAX_REQUEST_ID", "MAX_REQUEST_ITEMS", "NONCE_BYTES", "PEEK_STATES",
+    "PROTOCOL_VERSION", "SERVER_NAME", "Answer", "AnswerTooLarge", "ClientConnection",
+    "ClientEvent", "ConnectionEnding", "DeliveryFrame", "EntriesAnswer", "Greeting",
+    "LocalProtocolError", "MapAnswer", "PeekAnswer", "PeekEntry", "PeekedFrame",
+    "ProtocolViolation", "ReceiveAnswer", "RejectedRequest", "Request", "RequestIdsExhausted",
+    "RequestTooLarge", "Response", "SendAnswer", "ServerConnection", "ServerEvent",
+    "UnknownRequestId", "auth_signature", "delivery_size", "encode_error_response",
     "encode_greeting", "encode_message", "encode_peek_response", "encode_protocol_error",
     "encode_receive_response", "encode_response", "peek_entry_size", "peek_response_overhead",
     "receive_response_overhead", "verify_auth_signature",
 ]
 
+#: The port a server listens on and clients connect to unless told otherwise.
+DEFAULT_PORT = 7766
 #: PROTOCOL §1 greeting ``protocol``; additions never bump it.
 PROTOCOL_VERSION = 1
 #: PROTOCOL §1 greeting ``server``.
@@ -114,73 +146,6 @@ MAX_REQUEST_ITEMS = 150_000
 MAX_BUSY_POLL_US = 10_000
 #: PROTOCOL §3: domain separation for the auth HMAC.
 AUTH_CONTEXT = b"lamina-auth-v1"
-
-
-class LocalProtocolError(Exception):
-    """Our own code misused this API (answered an unknown id, greeted twice, ...): a bug here,
-    never the peer's fault, so it is not a LaminaError and never goes on the wire as such."""
-
-
-# --- Events ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """A well-formed request; answer it with ``respond*``."""
-
-    id: int
-    op: str
-    args: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RejectedRequest:
-    """A request already known to fail (a value its args may not carry); answer it with
-    ``respond_error(event.id, event.error)``. The connection carries on."""
-
-    id: int
-    op: str
-    error: LaminaError
-
-
-@dataclass(frozen=True, slots=True)
-class ProtocolViolation:
-    """The peer broke PROTOCOL §1–2; always the last event of a connection."""
-
-    error: ProtocolError
-
-    @property
-    def message(self) -> str:
-        return self.error.message
-
-
-@dataclass(frozen=True, slots=True)
-class Greeting:
-    """The server's greeting as a client sees it; unknown greeting keys are ignored."""
-
-    server: str
-    version: str
-    protocol: int
-    auth_required: bool
-    nonce: bytes
-    features: tuple[str, ...]
-    max_frame_bytes: int
-    max_inflight: int
-    max_waiting: int
-    idle_timeout_s: float
-
-
-class Response(NamedTuple):
-    """``[id, error, result]``: exactly one of ``error`` and ``result`` is None. Id 0 after the
-    greeting is the server's final ProtocolError about our bytes; it closes after sending it."""
-
-    id: int
-    error: dict[str, Any] | None
-    result: dict[str, Any] | None
-
-
-ServerEvent: TypeAlias = Request | RejectedRequest | ProtocolViolation
-ClientEvent: TypeAlias = Greeting | Response | ProtocolViolation
 
 
 # --- Encoding whole frames ---------------------------------------------------------------------
@@ -420,7 +385,7 @@ class ServerConnection:
         """Answer a ``send`` (see :func:`encode_send_response`)."""
         return self._answer(request_id, encode_send_response(request_id, results))
 
-    def respond_receive(self, request_id: int, deliveries: Sequence[Delivery]) -> bytes:
+    def respond_receive(self, request_id: int, deliveries: Sequence[DeliveryFrame]) -> bytes:
         """Answer a ``receive``, splicing stored records (see :func:`encode_receive_response`)."""
         return self._answer(request_id, encode_receive_response(request_id, deliveries))
 
@@ -428,14 +393,31 @@ class ServerConnection:
         """Answer a ``peek``, splicing stored records (see :func:`encode_peek_response`)."""
         return self._answer(request_id, encode_peek_response(request_id, entries, next_cursor))
 
+    def respond_answer(self, request_id: int, answer: Answer) -> bytes:
+        """Answer ``request_id`` with what the server's op produced: a result map, entries,
+        deliveries or a peek page to splice, or the LaminaError that failed the request."""
+        if type(answer) is MapAnswer:
+            return self.respond(request_id, answer.result)
+        if type(answer) is SendAnswer:
+            return self.respond_send(request_id, answer.results)
+        if type(answer) is ReceiveAnswer:
+            return self.respond_receive(request_id, answer.deliveries)
+        if type(answer) is EntriesAnswer:
+            return self.respond_entries(request_id, answer.results)
+        if type(answer) is PeekAnswer:
+            return self.respond_peek(request_id, answer.entries, answer.next)
+        if isinstance(answer, LaminaError):
+            return self.respond_error(request_id, answer)
+        raise TypeError(f"not an answer: {type(answer).__name__}")
+
     def _answer(self, request_id: int, frame: bytes) -> bytes:
         self._check_can_send()
         if request_id not in self._outstanding:
-            raise LocalProtocolError(f"request {request_id} is not awaiting an answer")
+            raise UnknownRequestId(f"request {request_id} is not awaiting an answer")
         if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
             # Still outstanding: the caller can answer it with a smaller (error) response.
-            raise LocalProtocolError(f"response to request {request_id} is "
-                                     f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame")
+            raise AnswerTooLarge(f"response to request {request_id} is "
+                                 f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame")
         self._outstanding.discard(request_id)
         return frame
 
@@ -531,7 +513,7 @@ class ClientConnection:
         the greeting is in), which would only earn a protocol error and a closed connection.
         """
         if self._protocol_error is not None or self._server_closed:
-            raise LocalProtocolError("the connection is closing; open a new one")
+            raise ConnectionEnding("the connection is closing; open a new one")
         args = {} if args is None else dict(args)
         if type(op) is not str:
             raise LocalProtocolError("op and argument names must be str")
@@ -539,18 +521,18 @@ class ClientConnection:
             if type(name) is not str:
                 raise LocalProtocolError("op and argument names must be str")
         if self._next_id > MAX_REQUEST_ID:
-            raise LocalProtocolError("request ids exhausted; open a new connection")
+            raise RequestIdsExhausted("request ids exhausted; open a new connection")
         request_id = self._next_id
         frame = encode_message([request_id, op, args])
         limit = self.greeting.max_frame_bytes if self.greeting else MIN_MAX_FRAME_BYTES
         if len(frame) - FRAME_HEADER_BYTES > limit:
-            raise LocalProtocolError(f"{op} request is {len(frame) - FRAME_HEADER_BYTES} bytes, "
-                                     f"over the server's max_frame {limit}")
+            raise RequestTooLarge(f"{op} request is {len(frame) - FRAME_HEADER_BYTES} bytes, "
+                                  f"over the server's max_frame {limit}")
         self._next_id += 1
         self._outstanding.add(request_id)
         return request_id, frame
 
-    def receive_data(self, data: bytes) -> list[ClientEvent]:
+    def receive_data(self, data: bytes | bytearray) -> list[ClientEvent]:
         """Feed bytes read from the server; returns the greeting and responses they complete,
         ending with a ProtocolViolation if the server broke the protocol."""
         if self._protocol_error is not None:

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from lamina.engine.errors import InvalidArgument, LaminaError, QueueNotFound, StaleReceipt
-from lamina.client.client import (
+from lamina.client import (
     AsyncClient,
     Client,
     Delivery,

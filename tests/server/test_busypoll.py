@@ -12,7 +12,7 @@ import trio
 
 from lamina.engine.errors import InvalidArgument
 from lamina.server.busypoll import MAX_BUSY_POLL_US, BusyPoll
-from lamina.client.client import Client
+from lamina.client import Client
 from lamina.server.config import ConfigError, ServerConfig
 
 from tests.support.servers import running_server

@@ -9,7 +9,7 @@ from pathlib import Path
 import cbor2
 import trio
 
-from lamina.client.client import AsyncClient
+from lamina.client import AsyncClient
 from lamina.wire.protocol import ProtocolViolation, Response
 from tests.support.servers import RawConnection, running_server
 

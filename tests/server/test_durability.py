@@ -16,7 +16,7 @@ import trio
 from lamina.engine import Engine
 from lamina.engine.errors import LaminaError
 from lamina.engine.results import Sent
-from lamina.client.client import AsyncClient, Client, LaminaConnectionError
+from lamina.client import AsyncClient, Client, LaminaConnectionError
 from tests.support.servers import RawConnection, running_server
 
 

@@ -14,7 +14,7 @@ import cbor2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lamina.client.client import Client
+from lamina.client import Client
 from lamina.server.dispatch import OPERATIONS
 from lamina.wire.framing import FrameReader
 from tests.support.servers import server_thread

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from lamina.client.client import AsyncClient
+from lamina.client import AsyncClient
 from lamina.server.logs import JsonFormatter
 from tests.support.servers import running_server
 

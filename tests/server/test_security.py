@@ -13,7 +13,7 @@ import trio
 
 from lamina.engine.errors import AccessDenied, Unauthorized
 from lamina.engine.results import Grant
-from lamina.client.client import AsyncClient, Client, LaminaConnectionError
+from lamina.client import AsyncClient, Client, LaminaConnectionError
 from lamina.server.config import ConfigError, ServerConfig
 from lamina.server.keys import KeyFileError, load_keys
 from lamina.wire.protocol import auth_signature

@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lamina.engine.errors import LaminaError
-from lamina.client.client import Client
+from lamina.client import Client
 from tests.support.sqs import sqs_client
 
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pytest
 from botocore.exceptions import ClientError
 
-from lamina.client.client import Client
+from lamina.client import Client
 from tests.support.sqs import ACCOUNT, sqs_client, sqs_server
 from tests.support.servers import ThreadServer
 

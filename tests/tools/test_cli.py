@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lamina.client.client import Client
+from lamina.client import Client
 from lamina.tools.commands import parse_server, parse_time
 
 

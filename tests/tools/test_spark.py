@@ -205,7 +205,7 @@ def test_stream_picks_up_new_messages(spark: Any, tmp_path: Path) -> None:
 
 
 def test_write_then_receive(spark: Any, server: Any) -> None:
-    from lamina.client.client import Client
+    from lamina.client import Client
     with Client.connect("127.0.0.1", server.port) as client:
         client.create_queue("inbox")
     rows = [(b"first", {"k": "v"}, 1, None, None), (b"second", None, 8, "t", None),
