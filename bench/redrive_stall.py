@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lamina.engine import Engine
-from lamina.server.client import Client
+from lamina.client import Client
 
 
 def prepare(data: Path, messages: int, visibility_s: int) -> None:

@@ -2,10 +2,10 @@
 started by ``loadgen.run_workers`` as ``target(index, barrier, *args)``. Each connects, waits
 at the barrier (so all start together), runs its loop and returns its :class:`Recorder`.
 
-They use the blocking :class:`~lamina.server.client.Client`, one request in flight per thread
+They use the blocking :class:`~lamina.client.Client`, one request in flight per thread
 (``inflight`` threads share one pipelined connection), except the paced w3 producer, whose
 sends must keep their schedule whatever the answers: it drives the clients' own sans-IO codec
-(:class:`~lamina.server.protocol.ClientConnection`) over a plain socket from one thread, which
+(:class:`~lamina.wire.protocol.ClientConnection`) over a plain socket from one thread, which
 costs a fraction of the CPU of an ``AsyncClient`` task per send (the producer shares the two
 cores with the server it measures).
 """
@@ -21,8 +21,8 @@ import threading
 from typing import Any, Callable
 
 from lamina.engine.errors import LaminaError, error_from_wire
-from lamina.server.client import Client
-from lamina.server.protocol import ClientConnection, Greeting, Response
+from lamina.client import Client
+from lamina.wire.protocol import ClientConnection, Greeting, Response
 
 from .loadgen import BenchError, Recorder, clock_s
 

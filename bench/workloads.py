@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from lamina.engine.errors import QueueNotFound
-from lamina.server.client import Client
+from lamina.client import Client
 
 from .loadgen import BenchError, SeriesFigures, WorkerSpec, first_start, run_workers, summarize
 from .spawn import ProcessStats, rss_bytes

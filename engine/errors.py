@@ -26,7 +26,8 @@
     └── InternalError
 
 Errors are raised where the rule lives and mapped to the wire in exactly one place
-(``LaminaError.to_wire`` / ``error_from_wire``).
+(``LaminaError.to_wire`` / ``error_from_wire``). The clients' connection errors are one more
+subtree, under ``LaminaConnectionError``, drawn in ``lamina.client.errors``.
 """
 
 from __future__ import annotations

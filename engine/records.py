@@ -31,18 +31,36 @@ ID_LENGTH = 25
 _ID_HEAD = b"\x78\x19"  # CBOR text string of 25 bytes
 
 
-def cbor_head(major: int, value: int) -> bytes:
-    """The shortest CBOR head (RFC 8949 §3) for ``major`` type and argument ``value``."""
-    mt = major << 5
-    if value < 24:
-        return bytes((mt | value,))
-    if value < 0x100:
-        return bytes((mt | 24, value))
-    if value < 0x10000:
-        return bytes((mt | 25,)) + value.to_bytes(2, "big")
-    if value < 0x100000000:
-        return bytes((mt | 26,)) + value.to_bytes(4, "big")
-    return bytes((mt | 27,)) + value.to_bytes(8, "big")
+# RFC 8949 §3: a head is the major type (3 bits) and an argument; the argument is stored in the
+# additional-information bits when below 24, else in the shortest of 1, 2, 4 or 8 following bytes.
+_SMALL_HEADS = tuple(tuple(bytes([major << 5 | arg]) for arg in range(24)) for major in range(8))
+_U16 = struct.Struct(">BH")
+_U32 = struct.Struct(">BI")
+_U64 = struct.Struct(">BQ")
+
+
+def cbor_head(major_type: int, argument: int) -> bytes:
+    """The shortest (RFC 8949 preferred) head for ``major_type`` 0..7 and ``argument`` 0..2^64-1.
+
+    For byte strings, text, arrays and maps the argument is the length; for major types 0 and 1
+    it is the integer itself (see ``lamina.wire.framing.encode_int``).
+    """
+    if argument < 24:
+        if argument < 0 or not 0 <= major_type <= 7:
+            raise ValueError(f"no CBOR head for major type {major_type}, argument {argument}")
+        return _SMALL_HEADS[major_type][argument]
+    initial = major_type << 5
+    if not 0 <= major_type <= 7:
+        raise ValueError(f"no CBOR major type {major_type}")
+    if argument < 0x100:
+        return bytes((initial | 24, argument))
+    if argument < 0x10000:
+        return _U16.pack(initial | 25, argument)
+    if argument < 0x100000000:
+        return _U32.pack(initial | 26, argument)
+    if argument < 0x10000000000000000:
+        return _U64.pack(initial | 27, argument)
+    raise ValueError(f"CBOR head argument {argument} does not fit in 64 bits")
 
 
 def cbor_uint(value: int) -> bytes:

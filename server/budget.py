@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .protocol import Request
+from lamina.wire.protocol import Request
 
 __all__ = ["BOUNDED_ANSWER_OPS", "DEFAULT_MAX_BUFFERED_BYTES", "MAX_ANSWERED_MESSAGE_BYTES",
            "SMALL_BYTES", "MemoryBudget", "answer_bound_bytes"]

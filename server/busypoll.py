@@ -40,15 +40,14 @@ import time
 
 import trio
 
+from lamina.wire.protocol import MAX_BUSY_POLL_US
+
 __all__ = ["BusyPoll", "DEFAULT_BUSY_POLL_US", "MAX_BUSY_POLL_US"]
 
 #: The default window: long enough for a client on the other CPU to turn an answer into its
 #: next request (a Python client takes 30-60 µs), short enough that a window polled for nothing
 #: after each burst of requests (rule 3 keeps those few) costs little.
 DEFAULT_BUSY_POLL_US = 100
-#: The longest window allowed (server and clients): polling is for the gap between an answer
-#: and the next request, not a way to keep a core busy.
-MAX_BUSY_POLL_US = 10_000
 #: More CPU time than this between two of the polling task's checkpoints means other tasks ran
 #: in between. A trio scheduler pass with nothing else to run takes 3.5 µs here at the median
 #: and 14 at the 99th percentile, a request's work tens of µs or more: a pass slowed by an

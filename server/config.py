@@ -20,13 +20,13 @@ from pathlib import Path
 
 from .budget import DEFAULT_MAX_BUFFERED_BYTES
 from .busypoll import DEFAULT_BUSY_POLL_US, MAX_BUSY_POLL_US
-from .framing import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_LENGTH, MIN_MAX_FRAME_BYTES
-from .protocol import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_WAITING
+from lamina.wire.framing import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_LENGTH, MIN_MAX_FRAME_BYTES
+from lamina.wire.protocol import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_WAITING, DEFAULT_PORT
 
 __all__ = ["ConfigError", "ServerConfig", "add_serve_arguments", "config_from_args",
            "is_loopback"]
 
-DEFAULT_PORT = 7766
+
 DEFAULT_DATA_DIR = Path("./lamina-data")
 #: Connections beyond this are closed at once (each costs a socket, two tasks and buffers).
 DEFAULT_MAX_CONNECTIONS = 10_000

@@ -51,15 +51,13 @@ from lamina.engine.errors import InternalError, InvalidArgument, LaminaError, Un
 from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, answer_bound_bytes
 from .dispatch import (
     Answer,
-    EntriesAnswer,
     MapAnswer,
-    PeekAnswer,
     ReceiveAnswer,
-    SendAnswer,
     check_request,
 )
-from .protocol import (
+from lamina.wire.protocol import (
     LocalProtocolError,
+    UnknownRequestId,
     RejectedRequest,
     Request,
     ServerConnection,
@@ -513,21 +511,11 @@ class Connection:
         self.outbox.release(request_id)  # the frame's own size counts once queued
         proto = self.proto
         try:
-            if type(answer) is MapAnswer:
-                return proto.respond(request_id, answer.result)
-            if type(answer) is SendAnswer:
-                return proto.respond_send(request_id, answer.results)
-            if type(answer) is ReceiveAnswer:
-                return proto.respond_receive(request_id, answer.deliveries)
-            if type(answer) is EntriesAnswer:
-                return proto.respond_entries(request_id, answer.results)
-            if type(answer) is PeekAnswer:
-                return proto.respond_peek(request_id, answer.entries, answer.next)
-            return proto.respond_error(request_id, answer)  # type: ignore[arg-type]
+            return proto.respond_answer(request_id, answer)
+        except UnknownRequestId as exc:
+            log.error("answer to an unknown request: %s", exc)
+            return None
         except LocalProtocolError as exc:
-            if "not awaiting" in str(exc):
-                log.error("answer to an unknown request: %s", exc)
-                return None
             log.error("cannot answer request %d: %s", request_id, exc)
             return proto.respond_error(request_id, InternalError(str(exc)))
         except Exception as exc:  # e.g. a result cbor2 cannot encode: a bug

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable
 
 import cbor2
 
@@ -28,7 +28,15 @@ from lamina.engine.errors import (
 )
 from lamina.engine.results import Grant, QueueInfo, TagInfo, VisibilityChanged
 
-from .framing import (
+from lamina.wire.answers import (
+    Answer,
+    EntriesAnswer,
+    MapAnswer,
+    PeekAnswer,
+    ReceiveAnswer,
+    SendAnswer,
+)
+from lamina.wire.splicing import (
     peek_entry_size,
     peek_response_overhead,
     receive_response_overhead,
@@ -50,48 +58,6 @@ MAX_WAIT_S = 30
 #: of up to 9 bytes); the engine's own estimate (``len(stored value) + 64``) covers that today,
 #: and this much more per delivery keeps the frame limit safe should the estimate shrink.
 DELIVERY_SLACK_BYTES = 8
-
-
-@dataclass(slots=True)
-class MapAnswer:
-    """``[id, null, result]`` with an ordinary result map."""
-
-    result: dict[str, Any]
-
-
-@dataclass(slots=True)
-class SendAnswer:
-    """A ``send`` result: per entry a ``Sent`` or the LaminaError that failed it (spliced:
-    ``framing.encode_send_response``)."""
-
-    results: list[Any]
-
-
-@dataclass(slots=True)
-class EntriesAnswer:
-    """A ``delete``, ``dead`` or ``delete_by_id`` result: per entry None or the LaminaError
-    that failed it (``framing.encode_entries_response``)."""
-
-    results: list[LaminaError | None]
-
-
-@dataclass(slots=True)
-class ReceiveAnswer:
-    """A ``receive`` result: ``(record, receipt, count, first, next)`` tuples to splice."""
-
-    deliveries: list[tuple[bytes, bytes, int, int, int]]
-
-
-@dataclass(slots=True)
-class PeekAnswer:
-    """A ``peek`` result: peeked tuples (or per-id errors) to splice, and the next cursor."""
-
-    entries: list[Any]
-    next: Any
-
-
-Answer: TypeAlias = (MapAnswer | SendAnswer | EntriesAnswer | ReceiveAnswer | PeekAnswer
-                     | LaminaError)
 
 
 @dataclass(slots=True)

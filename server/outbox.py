@@ -29,7 +29,7 @@ from typing import Callable
 import trio
 
 from .budget import BOUNDED_ANSWER_OPS, MemoryBudget, answer_bound_bytes
-from .protocol import Request
+from lamina.wire.protocol import Request
 
 __all__ = ["WRITE_COALESCE_BYTES", "Outbox"]
 

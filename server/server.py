@@ -98,7 +98,7 @@ from .dispatch import (
 from .keys import KeyFileError, KeyRing, load_keys
 from .longwork import LongWork
 from .metrics import ServerMetrics
-from .protocol import Request
+from lamina.wire.protocol import Request
 from .waiters import Waiter, WaitingReceives, tag_key
 
 __all__ = ["FEATURES", "EngineJob", "Server"]

@@ -1,5 +1,5 @@
 """The client commands of ``lamina``: everything a person or a script does to a running server,
-through :class:`lamina.server.client.Client` (DESIGN.md §5)::
+through :class:`lamina.client.Client` (DESIGN.md §5)::
 
     lamina queue create|delete|list|info|set|purge ...
     lamina tag create|delete|list QUEUE ...
@@ -48,7 +48,7 @@ from .cmdvalues import (
 from .output import Output, body_text, format_time_ms
 
 if TYPE_CHECKING:  # the client (and trio) are imported when a command runs, not to parse
-    from lamina.server.client import Client
+    from lamina.client import Client
 
 __all__ = ["add_client_commands"]
 
@@ -76,7 +76,7 @@ def _tls_option(args: argparse.Namespace) -> bool | ssl.SSLContext:
 
 def connect(args: argparse.Namespace) -> Client:
     """The client of the connection options in ``args``."""
-    from lamina.server.client import Client
+    from lamina.client import Client
     host, port = args.server
     return Client.connect(host, port, key=args.key or os.environ.get("LAMINA_KEY"),
                           secret=args.secret or os.environ.get("LAMINA_SECRET"),
@@ -87,7 +87,7 @@ def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
     """Connect, run ``handler``, and turn what went wrong into a message and an exit code."""
 
     def run(args: argparse.Namespace) -> int:
-        from lamina.server.client import LaminaConnectionError
+        from lamina.client import LaminaConnectionError
         out = Output(args.json)
         try:
             with connect(args) as client:
@@ -304,7 +304,7 @@ def _send_chunks(entries: Iterator[Any]) -> Iterator[list[Any]]:
 
 
 def _send(client: Client, args: argparse.Namespace, out: Output) -> int:
-    from lamina.server.operations import message
+    from lamina.client import message
     if not args.bodies:
         raise _usage("nothing to send: give bodies, or - to read one per line from stdin")
     attributes = dict(args.attribute) or None

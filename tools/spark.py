@@ -49,7 +49,7 @@ between two offsets, one partition per segment they touch.
 ``secret`` (authentication), ``tls`` (``true``), ``batchSize`` (default 500 messages). Columns:
 ``body`` (binary or string, required), optional ``attributes`` (map), ``priority`` (int),
 ``topic`` (string), ``delay`` (seconds). Each partition sends its rows in batches through
-``lamina.server.client.Client``; a refused message fails the task. A retried task sends its
+``lamina.client.Client``; a refused message fails the task. A retried task sends its
 partition again (at-least-once).
 """
 

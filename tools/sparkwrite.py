@@ -18,7 +18,7 @@ class LaminaCommit(WriterCommitMessage):
 
 
 class LaminaWriter(DataSourceWriter):
-    """Sends each partition's rows through ``lamina.server.client.Client``."""
+    """Sends each partition's rows through ``lamina.client.Client``."""
 
     def __init__(self, options: Any, schema: StructType):
         server = options.get("server")
@@ -39,7 +39,7 @@ class LaminaWriter(DataSourceWriter):
                         if name in names]
 
     def write(self, iterator: Iterator[Any]) -> LaminaCommit:
-        from lamina.server.client import Client, message
+        from lamina.client import Client, message
         batch_bytes_limit = 1 << 20
         sent = 0
         with Client.connect(self.host, self.port, key=self.key, secret=self.secret,

@@ -26,7 +26,7 @@ from lamina.engine.errors import InternalError, LaminaError, Unavailable
 
 from ..connection import Work
 from ..dispatch import Answer, ReceiveAnswer
-from ..protocol import Request
+from lamina.wire.protocol import Request
 from ..server import EngineJob
 from .errors import SqsError
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import test_model_readers as readers
+from tests.engine import test_model_readers as readers
 from lamina.engine.receipts import RECEIPT_BYTES
 
 FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "model-findings-2026-11-22.md"

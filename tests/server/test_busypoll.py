@@ -12,10 +12,10 @@ import trio
 
 from lamina.engine.errors import InvalidArgument
 from lamina.server.busypoll import MAX_BUSY_POLL_US, BusyPoll
-from lamina.server.client import Client
+from lamina.client import Client
 from lamina.server.config import ConfigError, ServerConfig
 
-from support import running_server
+from tests.support.servers import running_server
 
 
 async def _until(condition: Any) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import cbor2
 import trio
 
-from lamina.server.client import AsyncClient
-from lamina.server.protocol import ProtocolViolation, Response
-from support import RawConnection, running_server
+from lamina.client import AsyncClient
+from lamina.wire.protocol import ProtocolViolation, Response
+from tests.support.servers import RawConnection, running_server
 
 
 def frame(item: object) -> bytes:

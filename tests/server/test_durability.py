@@ -16,8 +16,8 @@ import trio
 from lamina.engine import Engine
 from lamina.engine.errors import LaminaError
 from lamina.engine.results import Sent
-from lamina.server.client import AsyncClient, Client, LaminaConnectionError
-from support import RawConnection, running_server
+from lamina.client import AsyncClient, Client, LaminaConnectionError
+from tests.support.servers import RawConnection, running_server
 
 
 async def test_group_commit_syncs_once_per_group_before_answering(tmp_path: Path) -> None:

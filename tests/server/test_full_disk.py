@@ -16,7 +16,7 @@ import pytest
 
 from lamina.engine.errors import Unavailable
 from lamina.engine.results import Sent
-from lamina.server.client import Client
+from lamina.client import Client
 
 BODY = b"m" * 1024
 

@@ -14,10 +14,10 @@ import cbor2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lamina.server.client import Client
+from lamina.client import Client
 from lamina.server.dispatch import OPERATIONS
-from lamina.server.framing import FrameReader
-from support import server_thread
+from lamina.wire.framing import FrameReader
+from tests.support.servers import server_thread
 
 KEPT_QUEUE = "kept"
 KEPT_BODIES = [b"first", "second", b"\x00" * 1000, b"fourth"]

@@ -20,8 +20,8 @@ import trio
 from lamina.server.budget import DEFAULT_MAX_BUFFERED_BYTES
 from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.server.metrics import MAX_TRAFFIC_QUEUES, ServerMetrics
-from lamina.server.protocol import MAX_REQUEST_ITEMS, Response, auth_signature
-from support import ADMIN, BOB, KEYS, RawConnection, running_server
+from lamina.wire.protocol import MAX_REQUEST_ITEMS, Response, auth_signature
+from tests.support.servers import ADMIN, BOB, KEYS, RawConnection, running_server
 
 MAX_FRAME = 2 * 1024 * 1024
 

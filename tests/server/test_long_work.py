@@ -12,7 +12,7 @@ import trio
 
 import lamina.engine.deadletter as deadletter
 from lamina.engine import Engine
-from support import RawConnection, running_server
+from tests.support.servers import RawConnection, running_server
 
 DEAD = 2_000
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import trio
 
-from lamina.server.client import AsyncClient
+from lamina.client import AsyncClient
 from lamina.server.logs import JsonFormatter
-from support import running_server
+from tests.support.servers import running_server
 
 
 def scrape(port: int) -> str:

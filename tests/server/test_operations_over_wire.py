@@ -34,7 +34,7 @@ from lamina.engine.errors import (
     UnknownOperation,
 )
 from lamina.engine.results import Grant, QueueInfo, Sent, TagInfo, VisibilityChanged
-from lamina.server.client import Client, Delivery, Peeked, ServerInfo, message
+from lamina.client import Client, Delivery, Peeked, ServerInfo, message
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lamina.engine.errors import LaminaError
-from lamina.server.client import Client
-from sqs_support import sqs_client
+from lamina.client import Client
+from tests.support.sqs import sqs_client
 
 
 def _sqs_port(process: Any) -> int:

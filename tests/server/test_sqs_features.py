@@ -12,9 +12,9 @@ from typing import Any, Iterator
 import pytest
 from botocore.exceptions import ClientError
 
-from lamina.server.client import Client
-from sqs_support import ACCOUNT, sqs_client, sqs_server
-from support import ThreadServer
+from lamina.client import Client
+from tests.support.sqs import ACCOUNT, sqs_client, sqs_server
+from tests.support.servers import ThreadServer
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from urllib.parse import urlencode
 import pytest
 from botocore.exceptions import ClientError
 
-from sqs_support import ACCOUNT, expected_md5_of_attributes, query_protocol_client, sqs_server
-from support import ThreadServer
+from tests.support.sqs import ACCOUNT, expected_md5_of_attributes, query_protocol_client, sqs_server
+from tests.support.servers import ThreadServer
 
 NS = {"sqs": "http://queue.amazonaws.com/doc/2012-11-05/"}
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lamina.server.sqs.actions import ACTIONS
-from sqs_support import sqs_server
-from support import ThreadServer
+from tests.support.sqs import sqs_server
+from tests.support.servers import ThreadServer
 
 QUEUE_URL = "http://127.0.0.1/000000000000/q"
 FIELDS = ("QueueUrl", "QueueName", "Attributes", "MessageBody", "Entries", "MessageAttributes",

@@ -18,8 +18,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from sqs_support import REGION, sqs_client, sqs_server
-from support import ADMIN, ALICE, BOB, KEYS, Certificates
+from tests.support.sqs import REGION, sqs_client, sqs_server
+from tests.support.servers import ADMIN, ALICE, BOB, KEYS, Certificates
 
 
 def _code(call: Any, **kwargs: Any) -> tuple[str, int]:

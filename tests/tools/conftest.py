@@ -1,5 +1,5 @@
 """Fixtures for the command-line tests: a server in a thread of the test process (the helpers
-of the server tests, ``tests/server/support.py``) and ``lamina`` run in-process."""
+of ``tests/support/servers.py``) and ``lamina`` run in-process."""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ from typing import Any, Iterator
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+from tests.support.servers import KEYS, ThreadServer, server_thread
 
-from support import KEYS, ThreadServer, server_thread  # noqa: E402
-
-from lamina.tools.cli import main  # noqa: E402
+from lamina.tools.cli import main
 
 
 @dataclass

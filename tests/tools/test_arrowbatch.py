@@ -17,7 +17,7 @@ from lamina.tools import arrowbatch  # noqa: E402
 from lamina.tools.snapshot import Snapshot  # noqa: E402
 from lamina.tools.spark import SCHEMA, schema_for  # noqa: E402
 
-from store_builders import START_MS  # noqa: E402
+from tests.support.stores import START_MS  # noqa: E402
 
 # CBOR head sizes: lengths < 24, < 256, < 65536, and bigger; text bodies too
 BODIES = [b"a", b"x" * 12, b"y" * 13, b"z" * 23, b"w" * 24, b"v" * 255, b"u" * 256,

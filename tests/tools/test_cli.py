@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lamina.server.client import Client
+from lamina.client import Client
 from lamina.tools.cmdvalues import parse_server, parse_time
 
 
@@ -250,7 +250,7 @@ def test_auth_from_options_and_environment(auth_server: Any, lamina: Any,
 
 def test_tls_with_a_ca_file(tmp_path: Path, lamina: Any) -> None:
     trustme = pytest.importorskip("trustme")
-    from support import server_thread
+    from tests.support.servers import server_thread
     ca = trustme.CA()
     issued = ca.issue_cert("127.0.0.1", "localhost")
     cert, key, ca_file = tmp_path / "server.pem", tmp_path / "server.key", tmp_path / "ca.pem"

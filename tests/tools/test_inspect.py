@@ -16,7 +16,7 @@ from lamina.tools.inspect import message_json, message_line
 from lamina.tools.snapshot import Snapshot
 from lamina.tools.timefmt import iso_ms
 
-from store_builders import START_MS, build_mixed, build_plain
+from tests.support.stores import START_MS, build_mixed, build_plain
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from lamina.tools import sparkscan, sparkstream  # noqa: E402
 from lamina.tools.snapshot import Snapshot  # noqa: E402
 from lamina.tools.tagstate import TagStates  # noqa: E402
 
-from store_builders import START_MS, body, build_mixed, build_plain  # noqa: E402
+from tests.support import stores  # noqa: E402
+from tests.support.stores import START_MS, body, build_mixed, build_plain  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -145,7 +146,7 @@ def test_tag_state_column(spark: Any, mixed: Path) -> None:
 def test_scan_while_another_process_writes(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "live"
     writer = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("store_builders.py")), "write", str(path),
+        [sys.executable, stores.__file__, "write", str(path),
          "live", "60"], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
@@ -205,7 +206,7 @@ def test_stream_picks_up_new_messages(spark: Any, tmp_path: Path) -> None:
 
 
 def test_write_then_receive(spark: Any, server: Any) -> None:
-    from lamina.server.client import Client
+    from lamina.client import Client
     with Client.connect("127.0.0.1", server.port) as client:
         client.create_queue("inbox")
     rows = [(b"first", {"k": "v"}, 1, None, None), (b"second", None, 8, "t", None),

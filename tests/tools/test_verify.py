@@ -20,7 +20,8 @@ from lamina.tools.inspect import main as inspect_main
 from lamina.tools.snapshot import Snapshot
 from lamina.tools.verify import verify
 
-from store_builders import START_MS, body, build_mixed, build_plain
+from tests.support import stores
+from tests.support.stores import START_MS, body, build_mixed, build_plain
 
 ORDERS = 2  # queue ids in build_mixed: dlq 1, orders 2
 DEFAULT_LANE = 8
@@ -209,7 +210,7 @@ def test_rewind_over_expired_leases_leaves_a_clean_store(tmp_path: Path) -> None
 def test_verify_beside_a_writing_process(tmp_path: Path) -> None:
     path = tmp_path / "data"
     writer = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("store_builders.py")), "write", str(path),
+        [sys.executable, stores.__file__, "write", str(path),
          "live", "4"], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"

@@ -12,27 +12,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina.engine.errors import LaminaError, ProtocolError
+from lamina.engine.records import cbor_head as encode_head
 from lamina.engine.results import Sent
-from lamina.server.framing import (
+from lamina.wire.framing import (
     COLLECT_BODY_BYTES,
     MAX_NESTING_DEPTH,
-    PEEK_STATES,
     CBORTagged,
     FAST_DECODE_MAX_BYTES,
     FrameReader,
     decode_item,
     decode_item_strict,
-    delivery_size,
-    encode_entries_response,
     encode_frame_header,
-    encode_head,
     encode_int,
-    encode_peek_response,
-    encode_receive_response,
-    encode_send_response,
     find_unsupported_value,
     head_size,
     int_size,
+)
+from lamina.wire.splicing import (
+    PEEK_STATES,
+    delivery_size,
+    encode_entries_response,
+    encode_peek_response,
+    encode_receive_response,
+    encode_send_response,
     peek_entry_size,
     peek_response_overhead,
     receive_response_overhead,

@@ -13,15 +13,15 @@ import pytest
 import trio
 
 from lamina.engine.errors import InvalidArgument, LaminaError, QueueNotFound, StaleReceipt
-from lamina.server.client import (
+from lamina.client import (
     AsyncClient,
     Client,
     Delivery,
     LaminaConnectionError,
     message,
 )
-from lamina.server.framing import FrameReader
-from support import running_server
+from lamina.wire.framing import FrameReader
+from tests.support.servers import running_server
 
 
 def free_port() -> int:
@@ -89,7 +89,7 @@ def test_message_builder() -> None:
 
 def test_a_delivery_decodes_its_record_when_first_read() -> None:
     from lamina.engine.records import Message
-    from lamina.server.operations import _decode_delivery
+    from lamina.client.operations import _decode_delivery
 
     record = ["id-1", b"body", None, None, 8, 10, 10, b"m" * 16, None]
     lazy = _decode_delivery([record, b"receipt", 1, 11, 20])

@@ -189,7 +189,7 @@ class RawConnection:
     tests (ids are ours to choose, so no request bookkeeping)."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
-        from lamina.server.framing import FrameReader
+        from lamina.wire.framing import FrameReader
         self.stream = stream
         self.frames = FrameReader(64 * 1024 * 1024)
         self.events: list[Any] = []
@@ -199,7 +199,7 @@ class RawConnection:
 
     @classmethod
     async def open(cls, port: int) -> "RawConnection":
-        from lamina.server.protocol import _parse_greeting
+        from lamina.wire.protocol import _parse_greeting
         connection = cls(await trio.open_tcp_stream("127.0.0.1", port))
         first = await connection.next_event()
         connection.greeting = _parse_greeting(first.result)
@@ -218,7 +218,7 @@ class RawConnection:
 
     async def _fill(self) -> bool:
         import cbor2
-        from lamina.server.protocol import Response
+        from lamina.wire.protocol import Response
         try:
             data = await self.stream.receive_some(1 << 20)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -1,6 +1,6 @@
 """Data directories for the inspection and Spark tests, built through the engine.
 
-Also a script: ``python store_builders.py write DATA_DIR QUEUE SECONDS`` keeps an engine open on
+Also a script: ``python -m tests.support.stores write DATA_DIR QUEUE SECONDS`` keeps an engine open on
 DATA_DIR sending batches to QUEUE for SECONDS (a writer process beside the readers), printing
 ``ready`` once the queue exists and ``sent N`` at the end.
 """

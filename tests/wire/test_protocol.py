@@ -14,9 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina.engine.errors import InternalError, InvalidArgument, QueueNotFound, Unauthorized
-from lamina.server import protocol
-from lamina.server.framing import MIN_MAX_FRAME_BYTES, PRE_AUTH_MAX_FRAME_BYTES, encode_head
-from lamina.server.protocol import (
+from lamina.wire import protocol
+from lamina.engine.records import cbor_head as encode_head
+from lamina.wire.framing import MIN_MAX_FRAME_BYTES, PRE_AUTH_MAX_FRAME_BYTES
+from lamina.wire.answers import EntriesAnswer, MapAnswer, PeekAnswer, ReceiveAnswer, SendAnswer
+from lamina.wire.errors import AnswerTooLarge, RequestTooLarge, UnknownRequestId
+from lamina.wire.protocol import (
     MAX_REQUEST_ID,
     ClientConnection,
     Greeting,
@@ -69,11 +72,14 @@ def greeted_client(**limits: Any) -> ClientConnection:
 
 def test_public_api_changes_only_on_purpose() -> None:
     assert sorted(protocol.__all__) == sorted([
-        "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "MAX_REQUEST_ID",
-        "MAX_REQUEST_ITEMS", "NONCE_BYTES", "PEEK_STATES", "PROTOCOL_VERSION", "SERVER_NAME", "ClientConnection",
-        "ClientEvent", "Delivery", "Greeting", "LocalProtocolError", "PeekEntry", "Peeked",
-        "ProtocolViolation", "RejectedRequest", "Request", "Response", "ServerConnection",
-        "ServerEvent", "auth_signature", "delivery_size", "encode_error_response",
+        "AUTH_CONTEXT", "DEFAULT_MAX_INFLIGHT", "DEFAULT_MAX_WAITING", "DEFAULT_PORT",
+        "MAX_BUSY_POLL_US", "MAX_REQUEST_ID", "MAX_REQUEST_ITEMS", "NONCE_BYTES", "PEEK_STATES",
+        "PROTOCOL_VERSION", "SERVER_NAME", "Answer", "AnswerTooLarge", "ClientConnection",
+        "ClientEvent", "ConnectionEnding", "DeliveryFrame", "EntriesAnswer", "Greeting",
+        "LocalProtocolError", "MapAnswer", "PeekAnswer", "PeekEntry", "PeekedFrame",
+        "ProtocolViolation", "ReceiveAnswer", "RejectedRequest", "Request", "RequestIdsExhausted",
+        "RequestTooLarge", "Response", "SendAnswer", "ServerConnection", "ServerEvent",
+        "UnknownRequestId", "auth_signature", "delivery_size", "encode_error_response",
         "encode_greeting", "encode_message", "encode_peek_response", "encode_protocol_error",
         "encode_receive_response", "encode_response", "peek_entry_size", "peek_response_overhead",
         "receive_response_overhead", "verify_auth_signature",
@@ -606,3 +612,33 @@ def test_client_before_greeting_assumes_the_protocol_minimum_max_frame() -> None
     client = ClientConnection()
     with pytest.raises(LocalProtocolError):
         client.encode_request("send", {"messages": [bytes(MIN_MAX_FRAME_BYTES)]})
+
+
+def test_misuse_is_told_apart_by_class_not_by_message() -> None:
+    conn = greeted_server(max_frame_bytes=MIN_MAX_FRAME_BYTES)
+    conn.receive_data(request(1))
+    with pytest.raises(UnknownRequestId):
+        conn.respond(2, {})
+    with pytest.raises(AnswerTooLarge):
+        conn.respond(1, {"blob": bytes(MIN_MAX_FRAME_BYTES)})
+    client = greeted_client(max_frame_bytes=MIN_MAX_FRAME_BYTES)
+    with pytest.raises(RequestTooLarge):
+        client.encode_request("send", {"blob": bytes(MIN_MAX_FRAME_BYTES)})
+    for kind in (UnknownRequestId, AnswerTooLarge, RequestTooLarge):
+        assert issubclass(kind, LocalProtocolError)
+
+
+@pytest.mark.parametrize("answer, expected", [
+    (MapAnswer({"n": 1}), [7, None, {"n": 1}]),
+    (EntriesAnswer([None, QueueNotFound("q")]),
+     [7, None, {"results": [None, {"code": "QueueNotFound", "message": "q"}]}]),
+    (PeekAnswer([], None), [7, None, {"messages": [], "next": None}]),
+    (ReceiveAnswer([]), [7, None, {"messages": []}]),
+    (SendAnswer([]), [7, None, {"results": []}]),
+    (QueueNotFound("gone"), [7, {"code": "QueueNotFound", "message": "gone"}, None]),
+])
+def test_respond_answer_encodes_each_kind_of_answer(answer: Any, expected: Any) -> None:
+    conn = greeted_server()
+    conn.receive_data(request(7))
+    assert unframe(conn.respond_answer(7, answer)) == expected
+    assert conn.outstanding_count == 0

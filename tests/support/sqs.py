@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import boto3
 from botocore.config import Config
 
-from support import ThreadServer, server_thread
+from tests.support.servers import ThreadServer, server_thread
 
 REGION = "us-east-1"
 ACCOUNT = "000000000000"
