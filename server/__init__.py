@@ -6,7 +6,7 @@ Where things live:
   (events in, bytes out) shared by the server and clients. Nothing in either touches a socket.
 - ``server`` is the trio server (accept, the applier with group commit, the deadline timer,
   shutdown); ``connection`` one connection's reader and writer; ``waiters`` the waiting
-  receives; ``dispatch`` the op table; ``keys`` the keys file; ``metrics`` and ``logs``
+  receives; ``dispatch`` the op table; ``keyring`` the keys file (API keys); ``metrics`` and ``logs``
   observability; ``config`` and ``run`` the ``lamina serve`` command.
 - ``client`` has ``Client`` (blocking) and ``AsyncClient`` (trio), whose methods are written
   once in ``operations``; ``lease`` keeps leases alive while work runs.

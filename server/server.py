@@ -95,7 +95,7 @@ from .dispatch import (
     receive_call,
     wait_seconds,
 )
-from .keys import KeyFileError, KeyRing, load_keys
+from .keyring import KeyFileError, KeyRing, load_keys
 from .longwork import LongWork
 from .metrics import ServerMetrics
 from .protocol import Request
