@@ -13,7 +13,6 @@ failed the whole request.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias
@@ -21,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 import cbor2
 
 from lamina.engine.errors import (
-    InternalError,
     InvalidArgument,
     LaminaError,
     UnknownOperation,
 )
 from lamina.engine.results import Grant, QueueInfo, TagInfo, VisibilityChanged
 
+from .bugs import internal_error
 from .framing import (
     peek_entry_size,
     peek_response_overhead,
@@ -41,8 +40,6 @@ __all__ = ["Answer", "Continuation", "EntriesAnswer", "MAX_WAIT_S", "MapAnswer",
            "Operation", "PeekAnswer", "ReceiveAnswer", "SendAnswer", "apply_operation",
            "check_request", "continue_operation", "receive_budget", "receive_call",
            "wait_seconds"]
-
-log = logging.getLogger("lamina.server")
 
 #: PROTOCOL §5 ``receive`` ``wait``: 0-30 s.
 MAX_WAIT_S = 30
@@ -323,5 +320,4 @@ def _guarded(name: str, run: Callable[[], Answer | Continuation]) -> Answer | Co
     except LaminaError as exc:
         return exc.with_traceback(None)
     except Exception as exc:  # a bug: this request fails, the server goes on
-        log.exception("internal error in %s", name)
-        return InternalError(f"{name} failed: {type(exc).__name__}: {exc}")
+        return internal_error(name, exc)

@@ -95,7 +95,7 @@ class SqsGateway:
                 wrapped = trio.SSLStream(stream, context, server_side=True)
                 with trio.fail_after(server.config.auth_timeout_s):
                     await wrapped.do_handshake()
-            bridge = Bridge(server, peer)
+            bridge = Bridge(server.applier, server.inbox_clone(), peer)
             server.connections.add(bridge)  # type: ignore[arg-type]
             await self._serve_connection(wrapped, bridge)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
