@@ -434,15 +434,16 @@ class GroupApplier:
 
     def _apply_request(self, work: Work, request: Request, replies: list[_Reply]) -> None:
         connection, op, args = work.connection, request.op, request.args
-        answer: Answer | None
+        answer: Answer
         try:
             operation = check_request(op, args)
             caller = self.caller_of(connection)
             queue = args.get("queue")
             if op == "receive":
-                answer = self._receive(connection, request, caller, work.started)
-                if answer is None:
+                received = self._receive(connection, request, caller, work.started)
+                if received is None:
                     return  # waiting
+                answer = received
             elif op == "ping":
                 answer = MapAnswer({"time": self.clock()})
             elif op == "server_info":
@@ -452,13 +453,14 @@ class GroupApplier:
                                       if self.auth_required
                                       else "this server does not use authentication")
             else:
-                answer = apply_operation(operation, self.engine, args, caller, request.id,
+                result = apply_operation(operation, self.engine, args, caller, request.id,
                                          self.max_frame_bytes)
-                if type(answer) is Continuation:  # long work: its next chunks come later
-                    self.long_work.start(connection, request.id, op, work.started, answer)
+                if isinstance(result, Continuation):  # long work: its next chunks come later
+                    self.long_work.start(connection, request.id, op, work.started, result)
                     if self._applier_idle and self._inbox_send is not None:
                         self.try_enqueue(self._inbox_send, TICK)  # wake it for them
                     return
+                answer = result
                 if op in ("delete_queue", "delete_tag") and not isinstance(answer, LaminaError):
                     self._end_waits_on_deleted(op, args, replies)
         except LaminaError as exc:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import trio
 
@@ -289,7 +289,8 @@ class Connection:
             if not data:
                 return
             self._on_read()
-            await self._handle(proto.receive_data(data), inbox, len(data))
+            # A TLS stream may give a bytearray: the decoder reads any bytes-like.
+            await self._handle(proto.receive_data(cast(bytes, data)), inbox, len(data))
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return

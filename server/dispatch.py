@@ -108,7 +108,8 @@ class Operation:
     required: tuple[str, ...]
     optional: tuple[str, ...]
     #: (engine, args, caller, request id, max_frame) -> answer; raises LaminaError.
-    run: Callable[[Engine, dict[str, Any], str | None, int, int], Answer] | None
+    run: Callable[[Engine, dict[str, Any], str | None, int, int],
+                  Answer | Continuation] | None
     allowed: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -236,7 +237,7 @@ def _call(method: str, encode: Callable[[Any], Answer]) -> Callable[..., Answer]
 
 
 def _op(name: str, required: str, optional: str,
-        run: Callable[..., Answer] | None) -> Operation:
+        run: Callable[..., Answer | Continuation] | None) -> Operation:
     return Operation(name, tuple(required.split()), tuple(optional.split()), run)
 
 

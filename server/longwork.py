@@ -72,7 +72,7 @@ class LongWork:
         connection = self._turns.popleft()
         running = self._running[connection]
         answer = continue_operation(running.op, running.continuation, engine)
-        if type(answer) is Continuation:
+        if isinstance(answer, Continuation):
             running.continuation = answer
             self._turns.append(connection)
             return

@@ -21,7 +21,14 @@ from .keyring import ServerKey
 from .protocol import Request
 from .waiters import Waiter, WaitOwner
 
-__all__ = ["Applier", "ConnectionLimits", "Requester", "Work"]
+__all__ = ["Applier", "ConnectionLimits", "Reader", "Requester", "Work"]
+
+
+class Reader(Protocol):
+    """A connection or an SQS bridge as the server's shutdown sees it (server.py rule 5)."""
+
+    def stop_reading(self) -> None:
+        """Read no more requests; what was read is still applied and answered."""
 
 
 class Requester(WaitOwner, Protocol):

@@ -81,7 +81,7 @@ from .config import ServerConfig
 from .connection import Connection
 from .keyring import KeyFileError, KeyRing, load_keys
 from .metrics import ServerMetrics
-from .ports import ConnectionLimits
+from .ports import ConnectionLimits, Reader
 from .waiters import WaitingReceives
 
 __all__ = ["FEATURES", "EngineJob", "Server"]
@@ -136,7 +136,7 @@ class Server:
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6)
         #: Memory of all connections' buffers (budget.py).
         self.budget = MemoryBudget(config.max_buffered)
-        self.connections: set[Any] = set()  # connections and SQS bridges
+        self.connections: set[Reader] = set()  # connections and SQS bridges
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.sqs: Any = None  # the SQS gateway (sqs/http.py) when --sqs-port is given
