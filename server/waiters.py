@@ -26,9 +26,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
-__all__ = ["WaitOwner", "Waiter", "WaitingReceives", "tag_key"]
+from lamina.engine.core import DEFAULT_TAG
 
-DEFAULT_TAG = "default"
+__all__ = ["WaitOwner", "Waiter", "WaitingReceives", "tag_key"]
 
 TagKey = tuple[str, str]
 
