@@ -305,6 +305,11 @@ class EngineCore(StoreRecovery):
         self._persisted_clock = now
         self._unsynced = True
 
+    @property
+    def needs_sync(self) -> bool:
+        """Whether something written is not yet synced by :meth:`sync_wal`."""
+        return self._unsynced
+
     def sync_wal(self) -> None:
         """Make everything written so far survive power loss (blocking; releases the GIL)."""
         if not self._store_open:

@@ -2,11 +2,13 @@
 
 Where things live:
 
-- ``server`` is the trio server (accept, the applier with group commit, the deadline timer,
-  shutdown); ``connection`` one connection's reader and writer; ``waiters`` the waiting
-  receives; ``dispatch`` the op table; ``keys`` the keys file; ``metrics`` and ``logs``
-  observability; ``config`` and ``run`` the ``lamina serve`` command; ``sqs`` the
-  SQS-compatible HTTP gateway.
+- ``server`` is the server's lifetime (listen, accept, the timers, shutdown); ``applier`` the
+  one task that calls the engine (inbox, group commit, WAL syncer, serving waiters, long
+  work); ``ports`` the narrow interfaces between them and ``connection`` (one connection's
+  reader and writer) or the SQS gateway's bridge; ``waiters`` the waiting receives;
+  ``dispatch`` the op table; ``bugs`` where a bug becomes ``InternalError``; ``keyring`` the
+  keys file (API keys); ``metrics`` and ``logs`` observability; ``config`` and ``run`` the
+  ``lamina serve`` command; ``sqs`` the SQS-compatible HTTP gateway.
 - The sans-IO codec both sides share is ``lamina.wire``; the clients are ``lamina.client``
   (``client``, ``lease``, ``operations``, ``protocol`` and ``framing`` here are deprecated
   aliases of them, kept for one release).

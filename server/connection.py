@@ -13,8 +13,8 @@ written before the reader waits again: one task step per request (see ``_read_so
 Rules of a connection (each one lives in this file):
 
 1. The greeting is sent first; the reader never parses anything before it is queued.
-2. Requests go to the server's applier in the order they were read, so they take effect in
-   arrival order (``Server.apply_now`` may apply them in the reader's task: server.py rule 6).
+2. Requests go to the applier (``ports.Applier``) in the order they were read, so they take
+   effect in arrival order (``apply_now`` may apply them in the reader's task: server.py rule 6).
    Only ``auth`` before authentication, ``RejectedRequest`` errors and waiting receives that
    time out are answered here; none of them touches the engine.
 3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
@@ -41,8 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, cast
 
 import trio
 
@@ -63,11 +62,10 @@ from lamina.wire.protocol import (
     ServerConnection,
     verify_auth_signature,
 )
+from .budget import MemoryBudget
 from .outbox import Outbox
+from .ports import Applier, ConnectionLimits, Work
 from .waiters import Waiter
-
-if TYPE_CHECKING:
-    from .server import Server
 
 __all__ = ["Connection", "Work"]
 
@@ -84,33 +82,27 @@ REQUEST_SLICE = 16
 AUTH_FAILED = "authentication failed"
 
 
-@dataclass(slots=True)
-class Work:
-    """Requests of one connection read together, on their way to the applier."""
-
-    connection: Connection
-    requests: list[Request]
-    nbytes: int
-    started: float  # time.perf_counter() when read
-
-
 class Connection:
     """State and tasks of one client connection (rules 1-7 in the module docstring)."""
 
-    def __init__(self, server: Server, stream: trio.abc.Stream, peer: str) -> None:
-        config = server.config
-        self.server = server
+    def __init__(self, applier: Applier, limits: ConnectionLimits, stream: trio.abc.Stream,
+                 peer: str, *, budget: MemoryBudget, on_read: Callable[[], None]) -> None:
+        """``applier`` applies this connection's requests; ``budget`` is the server's memory
+        budget (budget.py); ``on_read`` is called when bytes came (busy polling)."""
+        self.applier = applier
+        self.limits = limits
         self.stream = stream
         self.peer = peer
-        self.proto = ServerConnection(auth_required=server.auth_required,
-                                      max_frame_bytes=config.max_frame)
+        self.proto = ServerConnection(auth_required=limits.auth_required,
+                                      max_frame_bytes=limits.max_frame_bytes)
         self.key_id: str | None = None
         self.waiters: set[Waiter] = set()
-        self.budget = server.budget
+        self.budget = budget
+        self._on_read = on_read
         self.outbox = Outbox(
-            stream, peer, max_unsent_bytes=4 * config.max_frame,
-            idle_timeout_s=config.idle_timeout_s, budget=server.budget,
-            capacity=config.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,
+            stream, peer, max_unsent_bytes=4 * limits.max_frame_bytes,
+            idle_timeout_s=limits.idle_timeout_s, budget=budget,
+            capacity=limits.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,
             on_failure=self._died, on_progress=self.wake)
         # Plain TCP only: a TLS stream must encrypt through SSLStream.
         self._socket_fd = self.outbox.socket_fd
@@ -154,18 +146,18 @@ class Connection:
             self.budget.give_back(self._input_granted)
             self._input_granted = 0
             for waiter in self.waiters:  # waiters rule 4 (a connection torn down mid-wait)
-                self.server.waiting.remove(waiter)
+                self.applier.drop_wait(waiter)
             self.waiters.clear()
 
     async def _run(self, inbox: trio.MemorySendChannel[Any]) -> None:
-        config = self.server.config
+        limits = self.limits
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self.outbox.run_writer)
             self.outbox.queue_frame(self.proto.greeting(
-                version=self.server.version, idle_timeout_s=config.idle_timeout_s,
-                features=self.server.features, max_inflight=config.max_inflight,
-                max_waiting=config.max_waiting))
+                version=limits.version, idle_timeout_s=limits.idle_timeout_s,
+                features=list(limits.features), max_inflight=limits.max_inflight,
+                max_waiting=limits.max_waiting))
             if self.proto.pre_auth:
                 nursery.start_soon(self._auth_deadline)
             try:
@@ -192,7 +184,7 @@ class Connection:
     async def _finish(self) -> None:
         self._auth_scope.cancel()
         for waiter in list(self.waiters):
-            self.end_wait(waiter)
+            self.applier.end_wait(waiter)
         while self.proto.outstanding_count and not self.dead:
             self._all_answered = trio.Event()
             await self._all_answered.wait()
@@ -202,7 +194,7 @@ class Connection:
 
     async def _auth_deadline(self) -> None:
         with self._auth_scope:
-            with trio.move_on_after(self.server.config.auth_timeout_s):
+            with trio.move_on_after(self.limits.auth_timeout_s):
                 await self._authenticated.wait()
                 return
             log.info("auth deadline passed; closing", extra={"event": "auth_timeout",
@@ -213,7 +205,7 @@ class Connection:
 
     def _may_read(self) -> bool:
         outbox = self.outbox
-        return (self.proto.outstanding_count < self.server.config.max_inflight
+        return (self.proto.outstanding_count < self.limits.max_inflight
                 and outbox.unsent_bytes + outbox.reserved_bytes <= outbox.max_unsent_bytes
                 and not self._input_wanted)
 
@@ -269,7 +261,7 @@ class Connection:
 
     async def _read_stream(self, inbox: trio.MemorySendChannel[Any]) -> None:
         """Any stream (TLS): one ``receive_some`` per read, each under the idle deadline."""
-        idle_s = self.server.config.idle_timeout_s
+        idle_s = self.limits.idle_timeout_s
         proto = self.proto
         while not (self._stop_reading or self._closing):
             data = None
@@ -294,8 +286,9 @@ class Connection:
                 continue
             if not data:
                 return
-            self.server.busy_poll.kick()
-            await self._handle(proto.receive_data(data), inbox, len(data))
+            self._on_read()
+            # A TLS stream may give a bytearray: the decoder reads any bytes-like.
+            await self._handle(proto.receive_data(cast(bytes, data)), inbox, len(data))
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
@@ -310,7 +303,7 @@ class Connection:
         only the wait for bytes may be cancelled (by that deadline or by ``stop_reading``);
         everything done with bytes already read is shielded.
         """
-        idle_s = self.server.config.idle_timeout_s
+        idle_s = self.limits.idle_timeout_s
         self._last_read = trio.current_time()
         while not (self._stop_reading or self._closing):
             now = trio.current_time()
@@ -355,7 +348,7 @@ class Connection:
             if not data:
                 return
             self._last_read = trio.current_time()
-            self.server.busy_poll.kick()
+            self._on_read()
             drained = len(data) < RECEIVE_CHUNK_BYTES
             await self._handle(proto.receive_data(data), inbox, len(data))
             if proto.protocol_error is not None:
@@ -411,18 +404,18 @@ class Connection:
     async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],
                       nbytes: int) -> None:
         """Hand the requests of one read to the engine: in place when the server allows it
-        (``Server.apply_now``), else through the inbox. Waits are shielded: these requests
+        (``Applier.apply_now``), else through the inbox. Waits are shielded: these requests
         were read, so they are applied and answered even if reading is cancelled."""
         requests = self._requests_of(events)
         if not requests:
             return
-        server = self.server
+        applier = self.applier
         if len(requests) <= REQUEST_SLICE and self.outbox.reserve_all(
-                requests, server.config.max_frame):
+                requests, self.limits.max_frame_bytes):
             work = Work(self, requests, nbytes, time.perf_counter())
-            if not (server.apply_now(work) or server.try_enqueue(inbox, work)):
+            if not (applier.apply_now(work) or applier.try_enqueue(inbox, work)):
                 with trio.CancelScope(shield=True):
-                    await server.enqueue(inbox, work)
+                    await applier.enqueue(inbox, work)
             return
         with trio.CancelScope(shield=True):
             await self._handle_slices(requests, inbox, nbytes)
@@ -432,7 +425,7 @@ class Connection:
         # Rule 3: slices of at most REQUEST_SLICE requests (others get in between); a request
         # whose answer may be large waits, with what came before it handed over, until its
         # bound fits (the answers it waits for are encoded by the applier, or sent).
-        max_frame = self.server.config.max_frame
+        max_frame = self.limits.max_frame_bytes
         share = nbytes // len(requests)
         start = 0
         for index, request in enumerate(requests):
@@ -457,14 +450,14 @@ class Connection:
 
     async def _submit(self, requests: list[Request], share: int,
                       inbox: trio.MemorySendChannel[Any]) -> None:
-        server = self.server
+        applier = self.applier
         work = Work(self, requests, share * len(requests), time.perf_counter())
-        if server.apply_now(work):
+        if applier.apply_now(work):
             # Applied in this task: let other connections in between slices, as they get in
             # between slices sent to the inbox.
             await trio.lowlevel.checkpoint()
-        elif not server.try_enqueue(inbox, work):
-            await server.enqueue(inbox, work)
+        elif not applier.try_enqueue(inbox, work):
+            await applier.enqueue(inbox, work)
 
     def _pre_auth_request(self, request: Request) -> None:
         """Rule 4. Runs here, not in the applier: it needs the key ring, not the engine."""
@@ -482,7 +475,7 @@ class Connection:
         except LaminaError as exc:
             self.answer(request.id, exc)
             return
-        key = self.server.keys.get(key_id)
+        key = self.applier.key(key_id)
         # An unknown key costs the same HMAC as a known one: no timing difference either.
         secret = key.secret if key is not None else "\x00unknown key"
         if verify_auth_signature(secret, self.proto.nonce, key_id, signature) \
@@ -543,8 +536,9 @@ class Connection:
 
     def start_wait(self, waiter: Waiter) -> bool:
         """Count ``waiter`` as this connection's (its timeout is the server's, waiters rule
-        5); False if the connection is ending."""
-        if self._nursery is None or self.reading_done or self.dead:
+        5); False if the connection is ending or has ``max_waiting`` waits already."""
+        if (self._nursery is None or self.reading_done or self.dead
+                or len(self.waiters) >= self.limits.max_waiting):
             return False
         self.waiters.add(waiter)
         # A wait may last long and must not hold back later requests (PROTOCOL §2): its answer
@@ -552,11 +546,6 @@ class Connection:
         self.outbox.release(waiter.request_id)
         return True
 
-    def end_wait(self, waiter: Waiter) -> None:
-        """End a wait with ``[]`` unless the applier has claimed it (waiters rule 3)."""
+    def forget_wait(self, waiter: Waiter) -> None:
+        """The wait is answered or gone (waiters rule 3)."""
         self.waiters.discard(waiter)
-        if not waiter.claimed and self.server.waiting.remove(waiter):
-            waiter.claimed = True
-            self.answer(waiter.request_id, ReceiveAnswer([]))
-            self.server.metrics.observe("receive", "ok", time.perf_counter() - waiter.op_started)
-

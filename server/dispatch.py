@@ -13,7 +13,6 @@ failed the whole request.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -21,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Callable
 import cbor2
 
 from lamina.engine.errors import (
-    InternalError,
     InvalidArgument,
     LaminaError,
     UnknownOperation,
@@ -36,6 +34,7 @@ from lamina.wire.answers import (
     ReceiveAnswer,
     SendAnswer,
 )
+from .bugs import internal_error
 from lamina.wire.splicing import (
     peek_entry_size,
     peek_response_overhead,
@@ -49,8 +48,6 @@ __all__ = ["Answer", "Continuation", "EntriesAnswer", "MAX_WAIT_S", "MapAnswer",
            "Operation", "PeekAnswer", "ReceiveAnswer", "SendAnswer", "apply_operation",
            "check_request", "continue_operation", "receive_budget", "receive_call",
            "wait_seconds"]
-
-log = logging.getLogger("lamina.server")
 
 #: PROTOCOL §5 ``receive`` ``wait``: 0-30 s.
 MAX_WAIT_S = 30
@@ -77,7 +74,8 @@ class Operation:
     required: tuple[str, ...]
     optional: tuple[str, ...]
     #: (engine, args, caller, request id, max_frame) -> answer; raises LaminaError.
-    run: Callable[[Engine, dict[str, Any], str | None, int, int], Answer] | None
+    run: Callable[[Engine, dict[str, Any], str | None, int, int],
+                  Answer | Continuation] | None
     allowed: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -205,7 +203,7 @@ def _call(method: str, encode: Callable[[Any], Answer]) -> Callable[..., Answer]
 
 
 def _op(name: str, required: str, optional: str,
-        run: Callable[..., Answer] | None) -> Operation:
+        run: Callable[..., Answer | Continuation] | None) -> Operation:
     return Operation(name, tuple(required.split()), tuple(optional.split()), run)
 
 
@@ -289,5 +287,4 @@ def _guarded(name: str, run: Callable[[], Answer | Continuation]) -> Answer | Co
     except LaminaError as exc:
         return exc.with_traceback(None)
     except Exception as exc:  # a bug: this request fails, the server goes on
-        log.exception("internal error in %s", name)
-        return InternalError(f"{name} failed: {type(exc).__name__}: {exc}")
+        return internal_error(name, exc)

@@ -21,13 +21,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from .connection import Work
 from .dispatch import Answer, Continuation, continue_operation
+from .ports import Requester, Work
 
 if TYPE_CHECKING:
     from lamina.engine import Engine
-
-    from .connection import Connection
 
 __all__ = ["LongWork"]
 
@@ -45,14 +43,14 @@ class LongWork:
     """The long work of every connection, and the requests waiting behind it."""
 
     def __init__(self) -> None:
-        self._running: dict[Connection, _Running] = {}
-        self._turns: deque[Connection] = deque()
+        self._running: dict[Requester, _Running] = {}
+        self._turns: deque[Requester] = deque()
 
     def __bool__(self) -> bool:
         """Whether a chunk is waiting to run."""
         return bool(self._turns)
 
-    def start(self, connection: Connection, request_id: int, op: str, started: float,
+    def start(self, connection: Requester, request_id: int, op: str, started: float,
               continuation: Continuation) -> None:
         self._running[connection] = _Running(request_id, op, started, continuation)
         self._turns.append(connection)
@@ -66,7 +64,7 @@ class LongWork:
         running.backlog.append(Work(work.connection, work.requests[index:], 0, work.started))
         return True
 
-    def step(self, engine: Engine, answered: Callable[[Connection, int, Answer, str, float],
+    def step(self, engine: Engine, answered: Callable[[Requester, int, Answer, str, float],
                                                       None],
              apply_work: Callable[[Work], None]) -> None:
         """Rule 2: run the next chunk of the long work whose turn it is; once it answers, hand
@@ -74,12 +72,11 @@ class LongWork:
         connection = self._turns.popleft()
         running = self._running[connection]
         answer = continue_operation(running.op, running.continuation, engine)
-        if type(answer) is Continuation:
+        if isinstance(answer, Continuation):
             running.continuation = answer
             self._turns.append(connection)
             return
         del self._running[connection]
-        answered(connection, running.request_id, answer, running.op,  # type: ignore[arg-type]
-                 running.started)
+        answered(connection, running.request_id, answer, running.op, running.started)
         for work in running.backlog:
             apply_work(work)

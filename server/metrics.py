@@ -73,7 +73,8 @@ class _Histogram:
     def family_samples(self) -> tuple[list[tuple[str, float]], float]:
         """Cumulative ``(le, count)`` buckets and the sum, as prometheus expects them."""
         counts, total = list(self.counts), self.total  # list() of ints: atomic under the GIL
-        buckets, running = [], 0
+        buckets: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip((*self.bounds, float("inf")), counts):
             running += count
             buckets.append((floatToGoString(bound), running))
@@ -119,7 +120,7 @@ class ServerMetrics:
         self.latency: dict[str, _Histogram] = {}
         self.group_requests = _Histogram(_GROUP_BUCKETS)
         self.group_seconds = _Histogram(_LATENCY_BUCKETS)
-        registry.register(_HotCollector(self))  # type: ignore[arg-type]
+        registry.register(_HotCollector(self))
         self.connections = Gauge("lamina_connections", "Open connections", registry=registry)
         self.accepted = Counter("lamina_connections_accepted", "Connections accepted",
                                 registry=registry)

@@ -20,7 +20,7 @@ import trio
 
 from .config import ConfigError, ServerConfig, add_serve_arguments, config_from_args
 from .files import open_files_problem
-from .keys import KeyFileError
+from .keyring import KeyFileError
 from .logs import configure_logging
 from .server import Server
 

@@ -10,7 +10,8 @@ A receive with ``wait > 0`` that found nothing becomes a :class:`Waiter`. Rules:
    before its response goes out.
 3. A waiter is *claimed* the moment the applier leases messages for it: from then on only the
    applier answers it (once the group is durable); its own timeout no longer applies.
-4. A waiter belongs to its connection: when the connection ends or dies, its waiters go.
+4. A waiter belongs to its owner (a connection or an SQS bridge, :class:`WaitOwner`): when the
+   owner ends or dies, its waiters go. Its answer goes out through its ``answer`` callback.
 5. Timeouts: one heap of deadlines for every waiter (no task per waiter: spawning one costs
    more than the receive). Entries of waiters served or gone stay in it until they reach the
    top or the heap is rebuilt (when they outnumber the live ones).
@@ -23,14 +24,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
-if TYPE_CHECKING:
-    from .connection import Connection
+from lamina.engine.core import DEFAULT_TAG
 
-__all__ = ["Waiter", "WaitingReceives", "tag_key"]
-
-DEFAULT_TAG = "default"
+__all__ = ["WaitOwner", "Waiter", "WaitingReceives", "tag_key"]
 
 TagKey = tuple[str, str]
 
@@ -39,11 +37,25 @@ def tag_key(queue: str, tag: str | None) -> TagKey:
     return queue.lower(), (tag or DEFAULT_TAG).lower()
 
 
+class WaitOwner(Protocol):
+    """Who a waiter belongs to (rule 4): a connection, or the SQS gateway's bridge."""
+
+    peer: str
+
+    def forget_wait(self, waiter: Waiter) -> None:
+        """``waiter`` is answered or gone: no longer count it."""
+
+    def abort(self) -> None:
+        """Tear the owner down (a bug while ending one of its waits)."""
+
+
 @dataclass(eq=False, slots=True)
 class Waiter:
-    """One waiting receive. ``args`` are the engine arguments of its retries."""
+    """One waiting receive. ``args`` are the engine arguments of its retries; ``answer``
+    queues an answer to ``request_id`` at its owner."""
 
-    connection: Connection
+    owner: WaitOwner
+    answer: Callable[[int, Any], None]
     request_id: int
     op_started: float
     args: dict[str, Any]

@@ -4,7 +4,7 @@ A :class:`Bridge` stands in for a ``Connection`` (one per HTTP connection): a ga
 becomes a ``Work`` of one ``Request`` handed to the server exactly as a reader hands the
 requests it decoded (applied in place while the applier idles, else through the inbox), so it
 is applied inside a group commit, answered only once durable (``--fsync``), checked against
-the key's grants (``Server.caller_of`` reads ``key_id``), and a receive with a wait becomes a
+the key's grants (``Applier.caller_of`` reads ``key_id``), and a receive with a wait becomes a
 real waiter the applier serves when a message arrives. The answer comes back through
 ``encode_answer`` / ``send_frames`` as it would for a connection, here handed to the waiting
 HTTP request instead of being written to a socket.
@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from lamina.engine.errors import InternalError, LaminaError, Unavailable
+from lamina.engine.errors import LaminaError, Unavailable
 
-from ..connection import Work
-from ..dispatch import Answer, ReceiveAnswer
 from lamina.wire.protocol import Request
-from ..server import EngineJob
+
+from ..applier import EngineJob
+from ..bugs import internal_error
+from ..dispatch import Answer
+from ..ports import Applier, Work
+from ..waiters import Waiter
 from .errors import SqsError
 
 if TYPE_CHECKING:
     from lamina.engine import Engine
-
-    from ..server import Server
-    from ..waiters import Waiter
 
 __all__ = ["Bridge"]
 
@@ -50,8 +50,9 @@ class _Pending:
 class Bridge:
     """One HTTP connection's stand-in for a binary ``Connection`` on the server's path."""
 
-    def __init__(self, server: Server, peer: str) -> None:
-        self.server = server
+    def __init__(self, applier: Applier, inbox: trio.MemorySendChannel[Any], peer: str) -> None:
+        """``inbox``: this bridge's own sender into the applier's inbox (closed with it)."""
+        self.applier = applier
         self.peer = peer
         #: The key that signed the current request (None: unsigned); ``caller_of`` reads it.
         self.key_id: str | None = None
@@ -60,7 +61,7 @@ class Bridge:
         self.dead = False
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
-        self._inbox = server.inbox_clone()
+        self._inbox = inbox
         self._inbox_closed = False
         self._calls = 0  # calls in flight: the inbox stays open for them at shutdown
         #: Cancelled by ``stop_reading`` while the HTTP connection waits for a request.
@@ -69,7 +70,7 @@ class Bridge:
     def close(self) -> None:
         self.dead = True
         for waiter in list(self.waiters):
-            self.server.waiting.remove(waiter)
+            self.applier.drop_wait(waiter)
         self.waiters.clear()
         self._close_inbox()
 
@@ -91,26 +92,24 @@ class Bridge:
                 pending.answer = answer
                 pending.done.set()
 
+    def answer(self, request_id: int, answer: Answer) -> None:
+        self.send_frames([(request_id, answer)])
+
     def start_wait(self, waiter: Waiter) -> bool:
         if self.reading_done or self.dead:
             return False
         self.waiters.add(waiter)
         return True
 
-    def end_wait(self, waiter: Waiter) -> None:
-        """A wait ends with no message unless the applier claimed it (waiters rule 3)."""
+    def forget_wait(self, waiter: Waiter) -> None:
+        """The wait is answered or gone (waiters rule 3)."""
         self.waiters.discard(waiter)
-        if not waiter.claimed and self.server.waiting.remove(waiter):
-            waiter.claimed = True
-            self.send_frames([(waiter.request_id, ReceiveAnswer([]))])
-            self.server.metrics.observe("receive", "ok",
-                                        time.perf_counter() - waiter.op_started)
 
     def stop_reading(self) -> None:
         """Server shutdown: waits end now, no further request is read."""
         self.reading_done = True
         for waiter in list(self.waiters):
-            self.end_wait(waiter)
+            self.applier.end_wait(waiter)
         if self.idle_scope is not None:
             self.idle_scope.cancel()
         if self._calls == 0:
@@ -135,15 +134,14 @@ class Bridge:
         """Apply one binary-protocol op; -> its answer (a LaminaError is raised)."""
         request_id = next(self._ids)
         pending = _Pending()
-        work = Work(self, [Request(request_id, op, args)], nbytes,  # type: ignore[arg-type]
-                    time.perf_counter())
-        server = self.server
+        work = Work(self, [Request(request_id, op, args)], nbytes, time.perf_counter())
+        applier = self.applier
         self._enter()
         try:
             self._pending[request_id] = pending
             with trio.CancelScope(shield=True):  # once read, a request is applied, answered
-                if not (server.apply_now(work) or server.try_enqueue(self._inbox, work)):
-                    await server.enqueue(self._inbox, work)
+                if not (applier.apply_now(work) or applier.try_enqueue(self._inbox, work)):
+                    await applier.enqueue(self._inbox, work)
                 await pending.done.wait()
         finally:
             self._leave()
@@ -154,17 +152,17 @@ class Bridge:
 
     async def job(self, fn: Callable[[Engine, str | None], Any]) -> Any:
         """Run ``fn(engine, caller)`` on the applier, in a group (grants: ``caller``)."""
-        caller = self.server.caller_of(self)  # type: ignore[arg-type]
+        caller = self.applier.caller_of(self)
         job = EngineJob(lambda engine: fn(engine, caller))
         self._enter()
         try:
             with trio.CancelScope(shield=True):
-                await self.server.enqueue(self._inbox, job)
+                await self.applier.enqueue(self._inbox, job)
                 await job.done.wait()
         finally:
             self._leave()
         if job.error is not None:
             if isinstance(job.error, (LaminaError, SqsError)):
                 raise job.error
-            raise InternalError(f"{type(job.error).__name__}: {job.error}")
+            raise internal_error("the request", job.error)
         return job.result

@@ -15,7 +15,8 @@ import itertools
 import logging
 import math
 import uuid
-from typing import TYPE_CHECKING, Any
+import ssl
+from typing import Any, Protocol
 
 import h11
 import trio
@@ -24,14 +25,16 @@ from lamina.engine.errors import LaminaError
 
 from . import jsonproto, queryproto
 from .actions import ACTIONS
+from ..busypoll import BusyPoll
+from ..config import ServerConfig
+from ..keyring import KeyRing
+from ..ports import Applier, Reader
 from .bridge import Bridge
 from .context import Context, GatewayState
 from .errors import SqsError, from_lamina
 from .queues import Naming
 from .sigv4 import verify
 
-if TYPE_CHECKING:
-    from ..server import Server
 
 __all__ = ["SqsGateway", "MAX_BODY_BYTES", "MAX_HEADER_BYTES"]
 
@@ -48,10 +51,32 @@ REQUEST_READ_S = 60.0
 Response = tuple[int, list[tuple[str, str]], bytes]
 
 
+class Host(Protocol):
+    """What the gateway needs of the server it runs in (server.py's ``Server``)."""
+
+    config: ServerConfig
+    stopping: bool
+    auth_required: bool
+    busy_poll: BusyPoll
+    #: Every open connection and bridge (counted against ``max_connections``).
+    connections: set[Reader]
+
+    @property
+    def applier(self) -> Applier: ...
+
+    @property
+    def keys(self) -> KeyRing: ...
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None: ...
+
+    def inbox_clone(self) -> trio.MemorySendChannel[Any]: ...
+
+
 class SqsGateway:
     """The SQS endpoint of one server."""
 
-    def __init__(self, server: Server, port: int, account: str, region: str) -> None:
+    def __init__(self, server: Host, port: int, account: str, region: str) -> None:
         self.server = server
         self.requested_port = port
         self.port: int | None = None
@@ -95,8 +120,8 @@ class SqsGateway:
                 wrapped = trio.SSLStream(stream, context, server_side=True)
                 with trio.fail_after(server.config.auth_timeout_s):
                     await wrapped.do_handshake()
-            bridge = Bridge(server, peer)
-            server.connections.add(bridge)  # type: ignore[arg-type]
+            bridge = Bridge(server.applier, server.inbox_clone(), peer)
+            server.connections.add(bridge)
             await self._serve_connection(wrapped, bridge)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass
@@ -105,7 +130,7 @@ class SqsGateway:
                                                           "peer": peer})
         finally:
             if bridge is not None:
-                server.connections.discard(bridge)  # type: ignore[arg-type]
+                server.connections.discard(bridge)
                 bridge.close()
             await trio.aclose_forcefully(wrapped)
 

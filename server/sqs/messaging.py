@@ -372,7 +372,7 @@ async def _change(ctx: Context, ref: QueueRef, changes: list[tuple[bytes, int]])
     args = _tag_args(ref)
     args["entries"] = [[handles.resolve(handle, now), timeout] for handle, timeout in changes]
     results = (await ctx.bridge.call("change_visibility", args)).result["results"]
-    decoded = []
+    decoded: list[VisibilityChanged | LaminaError] = []
     for (handle, _), result in zip(changes, results):
         if isinstance(result, dict):  # an error map
             decoded.append(error_from_wire(result))

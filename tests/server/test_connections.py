@@ -346,14 +346,14 @@ async def test_small_requests_skip_the_inbox_with_or_without_fsync(tmp_path: Pat
     for fsync in (False, True):
         async with running_server(tmp_path / str(fsync), fsync=fsync) as server:
             queued = 0
-            try_enqueue = server.try_enqueue
+            try_enqueue = server.applier.try_enqueue
 
             def counting(inbox: object, item: object) -> bool:
                 nonlocal queued
                 queued += type(item).__name__ == "Work"
                 return try_enqueue(inbox, item)  # type: ignore[arg-type]
 
-            server.try_enqueue = counting  # type: ignore[method-assign]
+            server.applier.try_enqueue = counting  # type: ignore[method-assign]
             connection = await RawConnection.open(server.port)
             await connection.call("create_queue", {"queue": "q"})
             for n in range(20):
@@ -366,22 +366,22 @@ async def test_small_requests_skip_the_inbox_with_or_without_fsync(tmp_path: Pat
 
 async def test_an_item_queued_for_the_applier_is_never_overtaken(tmp_path: Path) -> None:
     # server.py rule 6: once anything is queued for the applier, readers queue behind it.
-    from lamina.server.connection import Work
-    from lamina.server.server import EngineJob
+    from lamina.server.applier import EngineJob
+    from lamina.server.ports import Work
 
     async with running_server(tmp_path) as server:
         with trio.fail_after(2):
-            while not server._applier_idle:
+            while not server.applier._applier_idle:
                 await trio.sleep(0.01)
-        inbox = server._inbox_send.clone()  # type: ignore[union-attr]
+        inbox = server.inbox_clone()
         job = EngineJob(lambda engine: "ran")
-        assert server.try_enqueue(inbox, job)
+        assert server.applier.try_enqueue(inbox, job)
         work = Work(None, [], 0, 0.0)  # type: ignore[arg-type]
-        assert not server.apply_now(work)  # no checkpoint since: the job is not applied yet
+        assert not server.applier.apply_now(work)  # no checkpoint since: the job is not applied yet
         with trio.fail_after(2):
             await job.done.wait()
         assert job.result == "ran"
         with trio.fail_after(2):
-            while not server._applier_idle:  # idle again once the inbox is empty
+            while not server.applier._applier_idle:  # idle again once the inbox is empty
                 await trio.sleep(0.01)
         inbox.close()

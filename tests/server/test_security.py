@@ -15,7 +15,7 @@ from lamina.engine.errors import AccessDenied, Unauthorized
 from lamina.engine.results import Grant
 from lamina.client import AsyncClient, Client, LaminaConnectionError
 from lamina.server.config import ConfigError, ServerConfig
-from lamina.server.keys import KeyFileError, load_keys
+from lamina.server.keyring import KeyFileError, load_keys
 from lamina.wire.protocol import auth_signature
 from tests.support.servers import ADMIN, ALICE, BOB, KEYS, Certificates, RawConnection, running_server
 

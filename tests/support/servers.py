@@ -24,7 +24,7 @@ import trio
 
 from lamina.engine import Engine
 from lamina.server.config import ServerConfig
-from lamina.server.keys import KeyRing, ServerKey
+from lamina.server.keyring import KeyRing, ServerKey
 from lamina.server.server import Server
 
 ADMIN = ServerKey("admin", "admin-secret", admin=True)

@@ -1,0 +1,553 @@
+"""The applier: the one task that calls the engine (server.py rule 1), with its inbox, group
+commit, WAL syncer (--fsync), waiting receives and long work.
+
+    connection / bridge ──Work──> inbox ──> group: deadlines, waiters, requests, EngineJobs
+                        └──apply_now (rule 6)──┘          │
+                                         syncer (rule 7) ─┴─> answers to each Requester
+
+The rules it keeps are server.py's rules 1-4, 6 and 7. It knows the server's other parts only
+through narrow interfaces (ports.py): a request's origin is a ``Requester``; the server's
+lifetime (server.py) gives it callbacks for its timers and for ``server_info``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Sequence, cast
+
+import trio
+
+from lamina.engine import Engine
+from lamina.engine.errors import (
+    InternalError,
+    InvalidArgument,
+    LaminaError,
+    QueueNotFound,
+    TagNotFound,
+    Unauthorized,
+)
+
+from lamina.wire.protocol import Request
+
+from .bugs import internal_error
+from .dispatch import (
+    Answer,
+    Continuation,
+    MapAnswer,
+    ReceiveAnswer,
+    apply_operation,
+    check_request,
+    receive_call,
+    wait_seconds,
+)
+from .keyring import KeyRing, ServerKey
+from .longwork import LongWork
+from .metrics import ServerMetrics
+from .ports import Requester, Work
+from .waiters import Waiter, WaitingReceives, tag_key
+
+__all__ = ["EngineJob", "GroupApplier", "TICK"]
+
+log = logging.getLogger("lamina.server")
+
+#: Rule 2: one group commit holds at most this many requests, or about this many bytes.
+GROUP_MAX_REQUESTS = 1000
+GROUP_MAX_BYTES = 4 * 1024 * 1024
+#: Inbox items (each the requests of one read, a tick or a job): readers wait when it is full.
+INBOX_CAPACITY = 1024
+#: Rule 7: checkpoints before a WAL sync: one for trio to poll the sockets, one for the
+#: readers with requests ready to apply them, so that they share the sync.
+SYNC_GATHER_CHECKPOINTS = 2
+_NO_GROUP = contextlib.nullcontext()
+_NO_MESSAGES = ReceiveAnswer([])
+
+
+class _Tick:
+    """Inbox item: a deadline is due (the applier checks deadlines in every group anyway)."""
+
+
+TICK = _Tick()
+
+
+@dataclass(eq=False)
+class EngineJob:
+    """Inbox item: run ``fn(engine)`` inside a group, on the applier (rule 1)."""
+
+    fn: Callable[[Engine], Any]
+    done: trio.Event = field(default_factory=trio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class _Reply(NamedTuple):
+    connection: Requester
+    request_id: int
+    answer: Answer
+    op: str
+    started: float
+
+
+@dataclass(slots=True)
+class _AppliedGroup:
+    """A group applied and not yet answered: its replies, the jobs it ran, and the failure
+    that replaces every answer (its write or its WAL sync failed)."""
+
+    items: Sequence[Any]
+    replies: list[_Reply]
+    jobs: list[EngineJob]
+    failure: LaminaError | None
+    count: int
+    started: float  # time.perf_counter() when it began to apply
+
+
+class GroupApplier:
+    """Applies every request of the server in group commits (the ``Applier`` of ports.py).
+
+    ``attach(engine)`` before ``open_inbox()`` and the task ``run()``; ``server_info`` gives
+    ``server_info``'s answer, ``on_deadline_changed`` is called when the engine's next
+    deadline (``deadline_ms``) moved, ``on_wait_added`` with each new wait's deadline.
+    """
+
+    def __init__(self, *, max_frame_bytes: int, clock: Callable[[], int],
+                 metrics: ServerMetrics, keys: KeyRing, auth_required: bool,
+                 server_info: Callable[[], dict[str, Any]],
+                 on_deadline_changed: Callable[[], None],
+                 on_wait_added: Callable[[float], None]) -> None:
+        self.engine: Engine = None  # type: ignore[assignment]  # attach() sets it
+        self.max_frame_bytes = max_frame_bytes
+        self.clock = clock
+        self.metrics = metrics
+        #: The API keys in force (the server replaces them on reload).
+        self.keys = keys
+        self.auth_required = auth_required
+        self._server_info = server_info
+        self._on_deadline_changed = on_deadline_changed
+        self._on_wait_added = on_wait_added
+        self.waiting = WaitingReceives()
+        self.long_work = LongWork()  # long work running in chunks (longwork.py)
+        #: No new wait starts (shutdown).
+        self.stopping = False
+        #: WAL syncs done (``--fsync``): one per group commit that wrote something.
+        self.syncs = 0
+        self.groups = 0
+        #: The engine's next deadline (the server's timer sleeps until it), and whether a TICK
+        #: for it is queued.
+        self.deadline_ms: int | None = None
+        self.tick_pending = False
+        self.done = trio.Event()  # everything read is applied, committed and answered
+        self._inbox_send: trio.MemorySendChannel[Any] | None = None
+        self._inbox: trio.MemoryReceiveChannel[Any] | None = None
+        #: Rule 6: the applier waits on an empty inbox (cleared by every send to it).
+        self._applier_idle = False
+        #: Rule 7: groups applied and waiting for the next WAL sync, oldest first.
+        self._awaiting_sync: list[_AppliedGroup] = []
+        self._sync_failed = False  # the last sync failed: the next one may not be skipped
+        self._sync_wake = trio.Event()
+        self._applying_done = False  # the applier has applied its last group
+
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+        engine.on_activity = self.waiting.mark_due
+        self.deadline_ms = engine.next_deadline()
+
+    def open_inbox(self) -> None:
+        self._inbox_send, self._inbox = trio.open_memory_channel[Any](INBOX_CAPACITY)
+
+    def close_inbox(self) -> None:
+        """Shutdown: once every clone is closed too, the applier applies what is left and
+        ends (``done``)."""
+        assert self._inbox_send is not None
+        self._inbox_send.close()
+
+    def caller_of(self, requester: Requester) -> str | None:
+        """The engine's ``caller`` for a request: None without auth and for admin keys."""
+        if not self.auth_required:
+            return None
+        key = self.keys.get(requester.key_id)
+        if key is None:
+            raise Unauthorized("the key of this connection is no longer valid")
+        return None if key.admin else key.key_id
+
+    def key(self, key_id: object) -> ServerKey | None:
+        return self.keys.get(key_id)
+
+    def end_wait(self, waiter: Waiter) -> None:
+        """End a wait with ``[]`` unless the applier has claimed it (waiters rule 3)."""
+        waiter.owner.forget_wait(waiter)
+        if not waiter.claimed and self.waiting.remove(waiter):
+            waiter.claimed = True
+            waiter.answer(waiter.request_id, _NO_MESSAGES)
+            self.metrics.observe("receive", "ok", time.perf_counter() - waiter.op_started)
+
+    def drop_wait(self, waiter: Waiter) -> None:
+        self.waiting.remove(waiter)
+
+    def _set_deadline(self) -> None:
+        deadline = self.engine.next_deadline()
+        if deadline != self.deadline_ms:
+            self.deadline_ms = deadline
+            self._on_deadline_changed()
+
+    def _run_due_deadlines(self) -> None:
+        target = self.deadline_ms
+        if target is None or target > self.clock():
+            return
+        self.tick_pending = False
+        try:
+            due = self.engine.process_deadlines()
+        except LaminaError as exc:  # e.g. the engine is closed: no request fails for it
+            log.error("processing deadlines failed: %s", exc, extra={"event": "deadlines"})
+            due = []
+        for queue, tag in due:
+            self.waiting.mark_due(queue, tag)
+        self.deadline_ms = self.engine.next_deadline()
+
+    async def run_job(self, fn: Callable[[Engine], Any]) -> Any:
+        """Run ``fn(engine)`` on the applier, inside a group; -> its result (or raise)."""
+        assert self._inbox_send is not None
+        job = EngineJob(fn)
+        await self.enqueue(self._inbox_send, job)
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def inbox_clone(self) -> trio.MemorySendChannel[Any]:
+        """A sender into the applier's inbox, for another front end (the SQS gateway)."""
+        assert self._inbox_send is not None
+        return self._inbox_send.clone()
+
+    def try_enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> bool:
+        """Queue ``item`` for the applier unless the inbox is full (-> False)."""
+        self._applier_idle = False  # rule 6: nothing may now overtake ``item``
+        try:
+            inbox.send_nowait(item)
+        except trio.WouldBlock:
+            return False
+        return True
+
+    async def enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> None:
+        """Queue ``item`` for the applier, waiting while the inbox is full."""
+        self._applier_idle = False  # rule 6
+        await inbox.send(item)
+
+    def apply_now(self, work: Work) -> bool:
+        """Rule 6: apply ``work`` in the calling task when nothing is queued before it (its
+        answers go out as the applier's would); -> False when it must go through the inbox."""
+        if not self._applier_idle:
+            return False
+        self._commit_group((work,), len(work.requests))
+        return True
+
+    async def run(self) -> None:
+        """The applier's task: until the inbox is closed and empty (rule 5 of server.py)."""
+        inbox = self._inbox
+        assert inbox is not None
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.engine.fsync:
+                    nursery.start_soon(self._syncer)
+                try:
+                    await self._apply_inbox(inbox)
+                finally:
+                    self._applier_idle = False
+                    self._applying_done = True
+                    self._sync_wake.set()
+        finally:
+            self.done.set()
+
+    async def _apply_inbox(self, inbox: trio.MemoryReceiveChannel[Any]) -> None:
+        async with inbox:
+            while True:
+                items: list[Any] = []
+                try:
+                    items.append(inbox.receive_nowait())
+                except trio.WouldBlock:
+                    if not self.long_work:  # else its next chunk makes this group
+                        self._applier_idle = True
+                        try:
+                            items.append(await inbox.receive())
+                        except trio.EndOfChannel:
+                            return
+                        finally:
+                            self._applier_idle = False
+                except trio.EndOfChannel:
+                    if not self.long_work:  # long work runs to its end (longwork.py rule 3)
+                        return
+                count, nbytes = _weight(items[0]) if items else (0, 0)
+                while items and count < GROUP_MAX_REQUESTS and nbytes < GROUP_MAX_BYTES:
+                    try:
+                        item = inbox.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    items.append(item)
+                    more, size = _weight(item)
+                    count, nbytes = count + more, nbytes + size
+                if items:
+                    self._commit_group(items, count)
+                if self.long_work:  # its next chunk, a group of its own (longwork.py rule 2)
+                    await trio.lowlevel.checkpoint()  # the answers above go out first
+                    self._commit_group((), 0)
+                if self.engine.fsync or self.long_work:
+                    # Let the syncer run between groups, and readers between chunks.
+                    await trio.lowlevel.checkpoint()
+
+    def _commit_group(self, items: Sequence[Any], count: int) -> None:
+        """Apply ``items`` in one group; answer it now, or once a WAL sync covers it (rules
+        1, 3, 4, 7)."""
+        started = time.perf_counter()
+        replies, jobs, failure = self._apply_group(items)
+        group = _AppliedGroup(items, replies, jobs, failure, count, started)
+        if self.engine.fsync and (self._awaiting_sync or self._sync_needed()):
+            self._awaiting_sync.append(group)
+            self._sync_wake.set()
+        else:
+            self._answer_group(group)
+
+    def _sync_needed(self) -> bool:
+        """Whether anything written is not yet synced (the engine says; a failed sync leaves
+        that unknown, so the next one is never skipped)."""
+        return self._sync_failed or self.engine.needs_sync
+
+    async def _syncer(self) -> None:
+        """Rule 7: once groups wait for a sync, let the readers with requests ready apply
+        them too, then sync the WAL once for all of them and answer them, oldest first."""
+        engine = self.engine
+        while True:
+            while not self._awaiting_sync:
+                if self._applying_done:
+                    return
+                self._sync_wake = trio.Event()
+                await self._sync_wake.wait()
+            for _ in range(SYNC_GATHER_CHECKPOINTS):
+                await trio.lowlevel.checkpoint()
+            groups, self._awaiting_sync = self._awaiting_sync, []
+            failure: LaminaError | None = None
+            if self._sync_needed():
+                self._sync_failed = False
+                try:
+                    engine.sync_wal()  # in this thread, on purpose: rule 7
+                    self.syncs += 1
+                    self.metrics.wal_syncs.inc()
+                except Exception as exc:
+                    self._sync_failed = True
+                    log.exception("WAL sync failed", extra={"event": "sync_failed"})
+                    failure = InternalError(f"WAL sync failed ({exc}); this request is "
+                                            "written but may not survive a power loss")
+            for group in groups:
+                if group.failure is None:
+                    group.failure = failure
+                self._answer_group(group)
+
+    def _apply_group(self, items: Sequence[Any]
+                     ) -> tuple[list[_Reply], list[EngineJob], LaminaError | None]:
+        """Apply ``items`` in one engine group (rules 1, 3, 4); -> the replies to send, the
+        jobs run, and the failure that replaces every answer if the group's write failed."""
+        replies: list[_Reply] = []
+        jobs: list[EngineJob] = []
+        failure: LaminaError | None = None
+        engine = self.engine
+        waiting = self.waiting
+        try:
+            # Without --fsync a group defers nothing (engine.group only spares each operation
+            # its own WAL sync), so its context manager, a tenth of a small request's cost,
+            # is skipped.
+            with engine.group() if engine.fsync else _NO_GROUP:
+                # A chunk of long work is a group of its own (longwork.py rule 2): the groups
+                # of requests around it, or a TICK, apply the deadlines.
+                chunk = not items and bool(self.long_work)
+                if not chunk:
+                    self._run_due_deadlines()
+                if waiting.any_due:
+                    self._serve_waiters(replies)
+                for item in items:
+                    if type(item) is Work:
+                        self._apply_work(item, replies)
+                    elif type(item) is EngineJob:
+                        jobs.append(item)
+                        try:
+                            item.result = item.fn(engine)
+                        except Exception as exc:
+                            item.error = exc
+                if chunk:
+                    self.long_work.step(
+                        engine, lambda *reply: replies.append(_Reply(*reply)),
+                        lambda work: self._apply_work(work, replies))
+                else:
+                    self._run_due_deadlines()
+                if waiting.any_due:
+                    self._serve_waiters(replies)
+        except LaminaError as exc:  # the group's write failed (rule 4)
+            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
+            failure = InternalError(f"storage write failed ({exc.message}); this request "
+                                    "may or may not have taken effect")
+        except Exception as exc:  # a bug outside any one request
+            failure = internal_error("group commit", exc)
+        return replies, jobs, failure
+
+    def _answer_group(self, group: _AppliedGroup) -> None:
+        """Queue every answer of a durable group; the answers of one connection go out in
+        one write."""
+        self.groups += 1
+        now = time.perf_counter()
+        observe = self.metrics.observe
+        failure = group.failure
+        frames: dict[Requester, list[Any]] = {}
+        replies: list[Any] = group.replies
+        for index, reply in enumerate(replies):
+            # Dropped once encoded: a receive's or peek's records (up to max_frame) are not
+            # held beside their frame (budget.py counts the frames).
+            replies[index] = None
+            answer: Answer = reply.answer
+            if isinstance(answer, LaminaError):
+                outcome = answer.code
+            elif failure is not None:
+                answer, outcome = failure, failure.code
+            else:
+                outcome = "ok"
+            connection = reply.connection
+            frame = connection.encode_answer(reply.request_id, answer)
+            if frame is not None:
+                pending = frames.get(connection)
+                if pending is None:
+                    frames[connection] = [frame]
+                else:
+                    pending.append(frame)
+            observe(reply.op, outcome, now - reply.started)
+        for connection, pending in frames.items():
+            connection.send_frames(pending)
+        for job in group.jobs:
+            job.done.set()
+        self._set_deadline()
+        self.metrics.observe_group(group.count, now - group.started)
+
+    def _apply_work(self, work: Work, replies: list[_Reply]) -> None:
+        waiting, long_work = self.waiting, self.long_work
+        for index, request in enumerate(work.requests):
+            if long_work and long_work.defer(work, index):
+                return  # behind this connection's long work (longwork.py rule 1)
+            self._apply_request(work, request, replies)
+            if waiting.any_due:
+                self._serve_waiters(replies)
+
+    def _apply_request(self, work: Work, request: Request, replies: list[_Reply]) -> None:
+        connection, op, args = work.connection, request.op, request.args
+        answer: Answer
+        try:
+            operation = check_request(op, args)
+            caller = self.caller_of(connection)
+            queue = args.get("queue")
+            if op == "receive":
+                received = self._receive(connection, request, caller, work.started)
+                if received is None:
+                    return  # waiting
+                answer = received
+            elif op == "ping":
+                answer = MapAnswer({"time": self.clock()})
+            elif op == "server_info":
+                answer = MapAnswer(self._server_info())
+            elif op == "auth":
+                raise InvalidArgument("key", "this connection is already authenticated"
+                                      if self.auth_required
+                                      else "this server does not use authentication")
+            else:
+                result = apply_operation(operation, self.engine, args, caller, request.id,
+                                         self.max_frame_bytes)
+                if isinstance(result, Continuation):  # long work: its next chunks come later
+                    self.long_work.start(connection, request.id, op, work.started, result)
+                    if self._applier_idle and self._inbox_send is not None:
+                        self.try_enqueue(self._inbox_send, TICK)  # wake it for them
+                    return
+                answer = result
+                if op in ("delete_queue", "delete_tag") and not isinstance(answer, LaminaError):
+                    self._end_waits_on_deleted(op, args, replies)
+        except LaminaError as exc:
+            answer = exc.with_traceback(None)
+        except Exception as exc:  # a bug in this request alone (rule 4)
+            answer = internal_error(op, exc)
+        else:
+            # Only a queue that passed the engine's name and permission checks is counted, so
+            # a client cannot grow the tally with names of its own (metrics.count_traffic).
+            if type(queue) is str and not isinstance(answer, LaminaError):
+                self.metrics.count_traffic(queue)
+        replies.append(_Reply(connection, request.id, answer, op, work.started))
+
+    # -- receives and waiters ------------------------------------------------------------------
+
+    def _receive(self, connection: Requester, request: Request, caller: str | None,
+                 started: float) -> ReceiveAnswer | None:
+        """One attempt; if it found nothing and may wait, register a waiter (-> None)."""
+        args = request.args
+        wait_s = wait_seconds(args)
+        answer = receive_call(self.engine, args, caller, request.id, self.max_frame_bytes)
+        if answer.deliveries:
+            return answer
+        if wait_s is None:
+            wait_s = self._polling_wait(args["queue"])
+        if wait_s <= 0 or self.stopping:
+            return answer
+        deadline = trio.current_time() + wait_s
+        waiter = Waiter(connection, connection.answer, request.id, started, args, caller,
+                        deadline, tag_key(args["queue"], args.get("tag")))
+        if not connection.start_wait(waiter):  # ending, or at its max_waiting
+            return answer
+        self.waiting.add(waiter)
+        self._on_wait_added(deadline)
+        return None
+
+    def _polling_wait(self, queue: str) -> float:
+        """The queue's ``polling_wait`` (the default ``wait``)."""
+        return self.engine.queue_attributes(queue)["polling_wait"]
+
+    def _serve_waiters(self, replies: list[_Reply]) -> None:
+        """Waiters rule 2: retry the waiters of due tags, oldest first, until one finds
+        nothing (a bounded number of rounds: a retry may itself mark a tag due)."""
+        max_frame = self.max_frame_bytes
+        for _ in range(3):
+            due = self.waiting.take_due()
+            if not due:
+                return
+            for key in due:
+                for waiter in self.waiting.waiting_on(key):
+                    answer: Answer
+                    try:
+                        answer = receive_call(self.engine, dict(waiter.args), waiter.caller,
+                                              waiter.request_id, max_frame)
+                    except LaminaError as exc:
+                        answer = exc.with_traceback(None)
+                    except Exception as exc:
+                        answer = internal_error("receive", exc)
+                    if isinstance(answer, ReceiveAnswer) and not answer.deliveries:
+                        break
+                    self._claim(waiter, answer, replies)
+
+    def _claim(self, waiter: Waiter, answer: Answer, replies: list[_Reply]) -> None:
+        self.waiting.remove(waiter)
+        waiter.claimed = True
+        waiter.owner.forget_wait(waiter)
+        # Every waiter's owner is the Requester of its receive (``_receive``).
+        replies.append(_Reply(cast(Requester, waiter.owner), waiter.request_id, answer,
+                              "receive", waiter.op_started))
+
+    def _end_waits_on_deleted(self, op: str, args: dict[str, Any],
+                              replies: list[_Reply]) -> None:
+        """DESIGN §2: delete_queue / delete_tag end their waits with QueueNotFound /
+        TagNotFound."""
+        queue = args["queue"]
+        if op == "delete_queue":
+            waiters = self.waiting.on_queue(queue)
+            error: LaminaError = QueueNotFound(f"queue: {queue!r} was deleted", field="queue")
+        else:
+            waiters = self.waiting.on_tag(queue, args["tag"])
+            error = TagNotFound(f"tag: {args['tag']!r} was deleted", field="tag")
+        for waiter in waiters:
+            self._claim(waiter, error, replies)
+
+
+def _weight(item: Any) -> tuple[int, int]:
+    if type(item) is Work:
+        return len(item.requests), item.nbytes
+    return 1, 0
