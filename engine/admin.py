@@ -129,7 +129,7 @@ class AdminOps(GrantOps, TagOps):
             del self._queues[q.id]
             del self._queue_names[q.name.lower()]
             self._drop_grants_on(q.name)
-            self._forget_counters(q.id)
+            self._counters.forget(q.id)
             if self._topic_ids:
                 for cached in [k for k in self._topic_ids if k[0] == q.id]:
                     del self._topic_ids[cached]
@@ -226,7 +226,7 @@ class AdminOps(GrantOps, TagOps):
             count = check_int(days, "days", 1, 31)
             self._advance(q, now)
             self._settle(q, now)
-            return self._stats_days(q.id, t.id if t is not None else None, count)
+            return self._counters.days(q.id, t.id if t is not None else None, count)
 
     def _stats(self, q: QueueState, now: int) -> dict[str, Any]:
         live = [s for s in q.segments if s.last_seq >= q.gone_seq]
@@ -255,7 +255,7 @@ class AdminOps(GrantOps, TagOps):
         gone = q.gone_seq
         counts = {"active": 0, "inflight": 0, "delayed": 0, "parked": 0}
         for seq, lease in t.leases.items():
-            if lease.state == LEASED and seq >= gone and lease.due > now:
+            if lease.state == LEASED and seq >= gone and lease.due_ms > now:
                 counts["inflight"] += 1
         lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
         for key, lane in Store.items(store.delays, lower, keys.queue_bounds(q.id)[1]):
@@ -329,7 +329,7 @@ class AdminOps(GrantOps, TagOps):
                 seen.add(seq)
 
         for seq, lease in list(t.leases.items()):
-            if lease.state == LEASED and seq >= gone and lease.due <= now:
+            if lease.state == LEASED and seq >= gone and lease.due_ms <= now:
                 value = store.log.get(keys.log_key(q.id, lease.lane, seq))
                 if value is not None:
                     tally(seq, value)

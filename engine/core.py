@@ -26,6 +26,7 @@ import cbor2
 
 from . import keys
 from .clock import Clock, EngineClock, wall_clock_ms
+from .counters import EXPIRED, Counters
 from .errors import (
     InternalError,
     InvalidArgument,
@@ -53,7 +54,6 @@ from .state import (
 )
 from .store import Store
 
-EXPIRED = 4  # counters.FIELDS index (counters.py imports this module)
 from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
@@ -93,8 +93,6 @@ class EngineCore(StoreRecovery):
         @staticmethod
         def _ended_in_turn(t: TagState, topic_id: int, seq: int, enqueue_ms: int,
                            visible_ms: int) -> bool: ...
-        def _count(self, queue: int, tag: int, field: int, amount: int = 1) -> None: ...
-        def _write_counters(self) -> None: ...
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
@@ -119,6 +117,7 @@ class EngineCore(StoreRecovery):
         self._unsynced = False
         self._closed = False
         self._persisted_clock = -1
+        self._counters = Counters(self)
         self._init_recovery()
         self._load()
 
@@ -149,8 +148,7 @@ class EngineCore(StoreRecovery):
         self._queue_names: dict[str, int] = {}
         self._grant_cache = None  # caches of meta rows, filled on first use
         self._topic_ids = None
-        self._counter_cache = None
-        self._dirty_counters: set[tuple[int, int, int]] = set()
+        self._counters.reset()
         self._wake_heap: list[tuple[int, int, int]] = []  # (due_ms, queue, tag or 0 = all)
         # (due_ms, queue): the earliest lease deadline of each queue with a redrive policy,
         # so that every operation applies dead-letter moves due anywhere first.
@@ -204,11 +202,11 @@ class EngineCore(StoreRecovery):
             t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
             if lease.state == ENDED_DEAD:
                 t.dead_heap.append(seq)
-                self._dead_sources.setdefault(lease.due, set()).add(q.id)
+                self._dead_sources.setdefault(lease.due_ms, set()).add(q.id)
             if lease.state == LEASED:
                 t.lease_heap.append(seq)
-                t.due_index.add(lease.due, seq)
-                self._register_wake(q, t, lease.due)
+                t.due_index.add(lease.due_ms, seq)
+                self._register_wake(q, t, lease.due_ms)
                 if lease.lane == DEFAULT_LANE:  # a topic head? (the lowest leased one is)
                     stored = store.log.get(keys.log_key(q.id, lease.lane, seq))
                     topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
@@ -290,8 +288,8 @@ class EngineCore(StoreRecovery):
         changed is rebuilt from the store, which never saw it (recovery.py), and
         ``_WriteFailed`` is raised."""
         store = self._store
-        if self._dirty_counters:
-            self._write_counters()
+        if self._counters.dirty:
+            self._counters.write()
         if not store.pending:
             return
         now = self._clock.last_ms
@@ -305,6 +303,12 @@ class EngineCore(StoreRecovery):
         self._persisted_clock = now
         self._unsynced = True
 
+    @property
+    def needs_sync(self) -> bool:
+        """Whether batches were written since the last ``sync_wal`` (a server with ``fsync``
+        syncs before acknowledging them)."""
+        return self._unsynced
+
     def sync_wal(self) -> None:
         """Make everything written so far survive power loss (blocking; releases the GIL)."""
         if not self._store_open:
@@ -314,7 +318,6 @@ class EngineCore(StoreRecovery):
 
     def _recover(self) -> None:
         self._store.discard()
-        self._dirty_counters.clear()
         self._load()
 
     def close(self) -> None:
@@ -455,7 +458,7 @@ class EngineCore(StoreRecovery):
         default tag (copies have no delay and no topic: a passed one without a row ended)
         nor expired: older than the DLQ's retention at the engine's now, even if no operation
         on the DLQ has applied that yet."""
-        dlq = self._queues.get(lease.due)
+        dlq = self._queues.get(lease.due_ms)
         if dlq is None or lease.number < dlq.gone_seq:
             return False
         horizon = self._now - dlq.attributes["retention"] * 1000
@@ -531,7 +534,7 @@ class EngineCore(StoreRecovery):
             for t in q.tags.values():
                 expired = self._not_ended_between(q, t, q.gone_seq, gone)
                 if expired:
-                    self._count(q.id, t.id, EXPIRED, expired)
+                    self._counters.count(q.id, t.id, EXPIRED, expired)
         q.gone_seq = gone
         store = self._store
         for t in q.tags.values():
@@ -543,7 +546,7 @@ class EngineCore(StoreRecovery):
                     continue
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
-                    t.due_index.discard(lease.due, seq)
+                    t.due_index.discard(lease.due_ms, seq)
             heads = t.head_heap
             while heads and heads[0] < gone:
                 head = heapq.heappop(heads)
@@ -689,10 +692,10 @@ class EngineCore(StoreRecovery):
         it = Store.scan(self._store.delays, lower, upper)
         if it.valid():
             due = keys.delay_key_decode(it.key())[1]
-            q.next_delay_wake = due
+            q.next_delay_wake_ms = due
             heapq.heappush(self._wake_heap, (due, q.id, 0))
         else:
-            q.next_delay_wake = -1
+            q.next_delay_wake_ms = -1
 
     def _lease_dropped(self, q: QueueState, t: TagState, seq: int, lease: Lease) -> None:
         """A LEASED message is Ended for ``t`` (deleted): its rows go, or, when a cursor or the
@@ -704,13 +707,13 @@ class EngineCore(StoreRecovery):
         revisited = seq in t.heads and t.heads[seq] in t.topic_from
         if revisited or self._still_ahead(q, t, seq, lease.lane):
             self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lease.lane, 0, lease.count,
-                                               lease.first, 0), lease.due)
+                                               lease.first_ms, 0), lease.due_ms)
             self._cursor_off(q, t, seq, lease.lane)
         else:  # the row stays on disk only, for peek's dequeue count (state.py)
             del t.leases[seq]
             store.put(store.leases_h, keys.lease_key(q.id, t.id, seq),
-                      Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first, 0))
-            t.due_index.discard(lease.due, seq)
+                      Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first_ms, 0))
+            t.due_index.discard(lease.due_ms, seq)
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
 
@@ -751,23 +754,23 @@ class EngineCore(StoreRecovery):
                 heapq.heappush(t.dead_heap, seq)
         t.leases[seq] = lease
         store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
-        if old_due is not None and (lease.state != LEASED or old_due != lease.due):
+        if old_due is not None and (lease.state != LEASED or old_due != lease.due_ms):
             t.due_index.discard(old_due, seq)
         if lease.state == LEASED:
-            t.due_index.add(lease.due, seq)
+            t.due_index.add(lease.due_ms, seq)
             if t.topic_from and t.heads.get(seq) in t.topic_from:
                 self._watch_lapse(q, t, t.heads[seq])
-            self._watch_lease_due(q, t, lease.due)
+            self._watch_lease_due(q, t, lease.due_ms)
 
     def _watch_lease_due(self, q: QueueState, t: TagState, due: int) -> None:
         """A LEASED row due at ``due``: the receive walk's lower bound, the tag's wake-up and,
         with a redrive policy, the dead-letter check must not miss it."""
-        if due < t.min_due:
-            t.min_due = due
-        if due < t.next_wake or t.next_wake < 0:
+        if due < t.min_due_ms:
+            t.min_due_ms = due
+        if due < t.next_wake_ms or t.next_wake_ms < 0:
             self._register_wake(q, t, due)
-        if q.attributes["redrive"] is not None and (q.next_expiry < 0 or due < q.next_expiry):
-            q.next_expiry = due
+        if q.attributes["redrive"] is not None and (q.next_expiry_ms < 0 or due < q.next_expiry_ms):
+            q.next_expiry_ms = due
             heapq.heappush(self._expiry_heap, (due, q.id))
 
     def _apply_due_expiries(self, now: int) -> None:
@@ -776,7 +779,7 @@ class EngineCore(StoreRecovery):
         while heap and heap[0][0] <= now:
             due, queue_id = heapq.heappop(heap)
             q = self._queues.get(queue_id)
-            if q is not None and due == q.next_expiry:
+            if q is not None and due == q.next_expiry_ms:
                 self._apply_expiries(q, now)
                 self._schedule_expiry_check(q, now)
 
@@ -791,33 +794,33 @@ class EngineCore(StoreRecovery):
             if t is None:
                 continue
             lease, topic_id = t.leases.get(seq), t.heads.get(seq)
-            if (lease is not None and lease.state == LEASED and lease.due == due
+            if (lease is not None and lease.state == LEASED and lease.due_ms == due
                     and topic_id is not None and topic_id in t.topic_from):
                 self._topic_head_lapsed(q, t, seq, topic_id, due)
 
     def _schedule_expiry_check(self, q: QueueState, now: int) -> None:
         """Register the first lease deadline after ``now`` of a queue with a redrive policy."""
-        q.next_expiry = -1
+        q.next_expiry_ms = -1
         if q.attributes["redrive"] is None:
             return
         for t in q.tags.values():
             due = t.due_index.first_due_after(now)
             if due is not None:
-                if q.next_expiry < 0 or due < q.next_expiry:
-                    q.next_expiry = due
-        if q.next_expiry >= 0:
-            heapq.heappush(self._expiry_heap, (q.next_expiry, q.id))
+                if q.next_expiry_ms < 0 or due < q.next_expiry_ms:
+                    q.next_expiry_ms = due
+        if q.next_expiry_ms >= 0:
+            heapq.heappush(self._expiry_heap, (q.next_expiry_ms, q.id))
 
     def _register_wake(self, q: QueueState, t: TagState, due: int) -> None:
         """Keep one wake-up per tag registered: the earliest lease deadline known. The heap
         holds at most the registrations made since the last ``process_deadlines``."""
-        if t.next_wake < 0 or due < t.next_wake:
-            t.next_wake = due
+        if t.next_wake_ms < 0 or due < t.next_wake_ms:
+            t.next_wake_ms = due
             heapq.heappush(self._wake_heap, (due, q.id, t.id))
 
     def _reschedule_tag_wake(self, q: QueueState, t: TagState, now: int) -> None:
         """After the tag's wake-up fired: register the first lease deadline after ``now``."""
-        t.next_wake = -1
+        t.next_wake_ms = -1
         due = t.due_index.first_due_after(now)
         if due is not None:
             self._register_wake(q, t, due)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import keys
-from .counters import DELETED, CounterOps
+from .core import EngineCore
+from .counters import DELETED
 from .errors import InvalidArgument, LaminaError, MessageNotFound
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import PeekPage, Peeked
@@ -30,7 +31,7 @@ from .validation import check_batch, check_int, check_time_ms
 _STATE_OF_ROW = {ENDED_AHEAD: "deleted", ENDED_DEAD: "dead"}
 
 
-class InspectionOps(CounterOps):
+class InspectionOps(EngineCore):
     """Needs ``_Lessor`` (messaging) for the default peek mode and ``_end_for``."""
 
     def _peek_state(self, q: QueueState, t: TagState, seq: int, value: bytes,
@@ -41,11 +42,11 @@ class InspectionOps(CounterOps):
         lease = t.leases.get(seq)
         topic = topic_id if 0 < topic_id < DEAD_MARK else 0
         if lease is not None:
-            first = lease.first or None
+            first = lease.first_ms or None
             if lease.state != LEASED:
                 return _STATE_OF_ROW[lease.state], lease.count, first, None
-            if lease.due > now:
-                return "inflight", lease.count, first, lease.due
+            if lease.due_ms > now:
+                return "inflight", lease.count, first, lease.due_ms
             return self._active_or_parked(q, t, topic, seq), lease.count, first, None
         if visible_ms != enqueue_ms:
             if not t.delay_taken(visible_ms, seq):
@@ -66,7 +67,7 @@ class InspectionOps(CounterOps):
         row = self._store.leases.get(keys.lease_key(q.id, t.id, seq))
         if row is not None:  # deleted after delivery: its count is kept on disk
             deleted = Lease.decode(row)
-            return "deleted", deleted.count, deleted.first or None, None
+            return "deleted", deleted.count, deleted.first_ms or None, None
         return "deleted", 0, None, None
 
     def _active_or_parked(self, q: QueueState, t: TagState, topic: int, seq: int) -> str:
@@ -214,7 +215,7 @@ class InspectionOps(CounterOps):
                     state = self._peek_state(q, t, seq, value, now)[0]
                     if state not in ("deleted", "dead"):
                         self._end_for(q, t, seq, lane)
-                        self._count(q.id, t.id, DELETED)
+                        self._counters.count(q.id, t.id, DELETED)
                         self._notify(q)
                 results.append(None)
             self._settle(q, now)

@@ -327,12 +327,12 @@ class MessagingOps(TopicOps):
         tag receives (a filtered tag decodes the attributes of each)."""
         accepted = [(raw, sent) for raw, sent in zip(messages, results)
                     if isinstance(sent, Sent)]
-        self._count(q.id, 0, SENT, len(accepted))
-        self._count(q.id, 0, BYTES_IN, bytes_in)
+        self._counters.count(q.id, 0, SENT, len(accepted))
+        self._counters.count(q.id, 0, BYTES_IN, bytes_in)
         for t in q.tags.values():
             if t.filter is None and t.start_ms <= self._now:
-                self._count(q.id, t.id, SENT, len(accepted))
-                self._count(q.id, t.id, BYTES_IN, bytes_in)
+                self._counters.count(q.id, t.id, SENT, len(accepted))
+                self._counters.count(q.id, t.id, BYTES_IN, bytes_in)
                 continue
             count = size = 0
             for raw, sent in accepted:
@@ -342,8 +342,8 @@ class MessagingOps(TopicOps):
                     count += 1
                     size += body_size
             if count:
-                self._count(q.id, t.id, SENT, count)
-                self._count(q.id, t.id, BYTES_IN, size)
+                self._counters.count(q.id, t.id, SENT, count)
+                self._counters.count(q.id, t.id, BYTES_IN, size)
 
     def _index_delay(self, q: QueueState, seq: int, lane: int, visible: int) -> None:
         """Enter a delayed message in the queue-level delay indexes (two rows, no pending
@@ -353,8 +353,8 @@ class MessagingOps(TopicOps):
         store.batch.put(keys.delayseq_key(q.id, seq), keys.u64(visible), store.delayseq_h)
         if q.delayseq_from > seq:
             q.delayseq_from = seq
-        if q.next_delay_wake < 0 or visible < q.next_delay_wake:
-            q.next_delay_wake = visible
+        if q.next_delay_wake_ms < 0 or visible < q.next_delay_wake_ms:
+            q.next_delay_wake_ms = visible
             heapq.heappush(self._wake_heap, (visible, q.id, 0))
         for t in q.tags.values():
             if visible < t.delay_hint:
@@ -393,8 +393,8 @@ class MessagingOps(TopicOps):
             self._advance(q, now)
             deliveries = _Lessor(self, q, t, now, visibility_ms, count, max_bytes).run()
             if deliveries:
-                self._count(q.id, t.id, RECEIVED, len(deliveries))
-                self._count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
+                self._counters.count(q.id, t.id, RECEIVED, len(deliveries))
+                self._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
             self._settle(q, now)
             return deliveries
 
@@ -407,7 +407,7 @@ class MessagingOps(TopicOps):
         _, seq, number = self._receipts.open(receipt, q.id, t.id)
         lease = t.leases.get(seq)
         if (lease is None or lease.state != LEASED or lease.number != number
-                or lease.due <= now or seq < q.gone_seq):
+                or lease.due_ms <= now or seq < q.gone_seq):
             raise StaleReceipt("receipt: the lease is no longer current")
         return seq, lease
 
@@ -445,7 +445,7 @@ class MessagingOps(TopicOps):
                                        lambda seq, lease: self._lease_dropped(q, t, seq, lease))
             deleted = results.count(None)
             if deleted:
-                self._count(q.id, t.id, DELETED, deleted)
+                self._counters.count(q.id, t.id, DELETED, deleted)
             self._settle(q, now)
             return results
 
@@ -469,8 +469,8 @@ class MessagingOps(TopicOps):
                 except LaminaError as exc:
                     results.append(exc.with_traceback(None))
                     continue
-                old_due = lease.due
-                lease.due = now + timeout_ms
+                old_due = lease.due_ms
+                lease.due_ms = now + timeout_ms
                 if timeout_ms:
                     lease.number = t.lease_counter
                     t.lease_counter += 1
@@ -479,7 +479,7 @@ class MessagingOps(TopicOps):
                 else:
                     receipt = None
                 self._lease_saved(q, t, seq, lease, old_due)
-                results.append(VisibilityChanged(receipt, lease.due))
+                results.append(VisibilityChanged(receipt, lease.due_ms))
                 if not timeout_ms:  # the lease ended now: a dead letter, or Active again
                     policy = q.attributes["redrive"]
                     if policy is not None and self._dlq_of(q) is not None \
@@ -514,12 +514,12 @@ class MessagingOps(TopicOps):
                 if q is None:
                     continue
                 if tag_id == 0:
-                    if due == q.next_delay_wake:
+                    if due == q.next_delay_wake_ms:
                         woken.add((q.name, None))
                         self._schedule_delay_wake(q, now)
                     continue
                 t = q.tags.get(tag_id)
-                if t is not None and due == t.next_wake:
+                if t is not None and due == t.next_wake_ms:
                     woken.add((q.name, t.name))
                     self._reschedule_tag_wake(q, t, now)
                     self._apply_expiries(q, now)  # dead-letter moves happen at their time
@@ -539,7 +539,7 @@ class _Lessor:
         self.engine = engine
         self.store = engine._store
         self.q, self.t, self.now = q, t, now
-        self.due = now + visibility_ms
+        self.due_ms = now + visibility_ms
         self.count = count
         self.room = max_bytes
         self.budget = EXAMINE_LIMIT
@@ -592,33 +592,33 @@ class _Lessor:
             self.topics_taken.add(topic_id)
         if self.dry_run:
             self.out.append(Peeked(value[PREFIX_SIZE:], "active", lease.count if lease else 0,
-                                   (lease.first or None) if lease else None, None))
+                                   (lease.first_ms or None) if lease else None, None))
             return
         number = t.lease_counter
         t.lease_counter += 1
         if lease is None:
-            lease = Lease(LEASED, lane, self.due, 1, self.now, number)
+            lease = Lease(LEASED, lane, self.due_ms, 1, self.now, number)
             old_due = None
         else:
-            old_due = lease.due
+            old_due = lease.due_ms
             lease.count += 1
-            lease.due = self.due
+            lease.due_ms = self.due_ms
             lease.number = number
-            if not lease.first:
-                lease.first = self.now
+            if not lease.first_ms:
+                lease.first_ms = self.now
         if 0 < topic_id < DEAD_MARK:
             t.lock(topic_id, seq)
         self.engine._lease_saved(self.q, t, seq, lease, old_due)
         receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
-        self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first,
-                                 lease.due))
+        self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first_ms,
+                                 lease.due_ms))
 
     def _lease_new(self, seq: int, lane: int, value: bytes) -> None:
         """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
         the first lease of ``seq`` for this tag. The same rows and state as
         ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
         (the same for every lease of this receive, ``_watch_lease_due``) is done once."""
-        t, due, now = self.t, self.due, self.now
+        t, due, now = self.t, self.due_ms, self.now
         number = t.lease_counter
         t.lease_counter = number + 1
         lease = Lease(LEASED, lane, due, 1, now, number)
@@ -640,13 +640,13 @@ class _Lessor:
     def _active_again(self) -> None:
         """Merge expired leases (``due_index``) and ended delays, by (time Active, seq).
 
-        Each source is walked only when something in it can be due: ``t.min_due`` and
+        Each source is walked only when something in it can be due: ``t.min_due_ms`` and
         ``t.delay_hint`` are lower bounds of the next deadline in each, refreshed by the walk
         itself (it reads one row past ``now`` and remembers its time)."""
         q, t, store, now = self.q, self.t, self.store, self.now
         timers = delays = None
-        if t.min_due <= now:
-            timers = t.due_index.walk(t.min_due, now)
+        if t.min_due_ms <= now:
+            timers = t.due_index.walk(t.min_due_ms, now)
         if t.delay_hint <= now:
             lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
             delays = Store.scan(store.delays, lower, keys.queue_bounds(q.id)[1])
@@ -675,7 +675,7 @@ class _Lessor:
                 due, seq = timer
                 timers.next()  # type: ignore[union-attr]
                 lease = t.leases.get(seq)
-                if lease is None or lease.state != LEASED or lease.due != due:
+                if lease is None or lease.state != LEASED or lease.due_ms != due:
                     if not self.dry_run:  # left behind by a change of its lease: drop it now
                         t.due_index.discard(due, seq)
                     continue
@@ -710,7 +710,7 @@ class _Lessor:
         """The deadline walk reached ``now``: nothing is due before ``next_due`` nor before the
         leases this receive made (due after ``now``)."""
         if not self.dry_run:
-            self.t.min_due = min(next_due, self.due) if self.out else next_due
+            self.t.min_due_ms = min(next_due, self.due_ms) if self.out else next_due
 
     def _delays_done(self, next_visible: int) -> None:
         if not self.dry_run:

@@ -65,12 +65,12 @@ class RewindOps(TopicOps):
         for seq, lease in list(t.leases.items()):
             if seq < from_seq:
                 continue
-            if lease.state == LEASED and lease.due > now:
+            if lease.state == LEASED and lease.due_ms > now:
                 kept.add(seq)
                 continue
             del t.leases[seq]
             if lease.state == LEASED:
-                t.due_index.discard(lease.due, seq)
+                t.due_index.discard(lease.due_ms, seq)
         # One range delete (the rows on disk only too: state.py ENDED_DELETED), then the
         # Inflight rows again: O(in-flight), not O(messages).
         store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, from_seq),

@@ -82,7 +82,7 @@ class TagOps(TopicOps):
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id, t.id))
             del q.tags[t.id]
             del q.tag_names[t.name.lower()]
-            self._forget_counters(q.id, t.id)
+            self._counters.forget(q.id, t.id)
             self._advance(q, now)
             self._settle(q, now)
 

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 import cbor2
 
 from . import keys
-from .counters import CounterOps
+from .core import EngineCore
 from .errors import InvalidArgument
 from .records import PREFIX_SIZE
 from .state import DEFAULT_LANE, LEASED, Lease, QueueState, TagState
@@ -86,7 +86,7 @@ def filter_matches(filter: dict[str, Any], attributes: dict[str, Any] | None) ->
     return all(results) if filter["match"] == "all" else any(results)
 
 
-class TopicOps(CounterOps):
+class TopicOps(EngineCore):
     """Scope checks and the topic gate, shared by every delivery path."""
 
     def _topic_cache(self) -> OrderedDict[tuple[int, str], int]:
@@ -237,7 +237,7 @@ class TopicOps(CounterOps):
         if head <= seq:
             return
         lease = t.leases.get(head)
-        if lease is not None and lease.state == LEASED and lease.due > now:
+        if lease is not None and lease.state == LEASED and lease.due_ms > now:
             t.topic_from[topic_id] = min(t.topic_from.get(topic_id, seq), seq)
             self._save_tag_definition(q, t)
             self._watch_lapse(q, t, topic_id)
@@ -294,7 +294,7 @@ class TopicOps(CounterOps):
         head = t.locked.get(topic_id)
         lease = t.leases.get(head) if head is not None else None
         if lease is not None and lease.state == LEASED:
-            heapq.heappush(self._lapse_heap, (lease.due, q.id, t.id, head))
+            heapq.heappush(self._lapse_heap, (lease.due_ms, q.id, t.id, head))
 
     def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
                            at: int) -> None:
@@ -341,11 +341,11 @@ class TopicOps(CounterOps):
             if lease is not None:
                 if lease.state == LEASED:
                     t.lock(topic_id, successor)
-                    if lease.due < now:
+                    if lease.due_ms < now:
                         # Active again, but it waited behind this head (a redriven or rewound
                         # message came back before it): Active from the head's end, like a
                         # parked successor (DESIGN.md §2 "Delivery order").
-                        old_due, lease.due = lease.due, now
+                        old_due, lease.due_ms = lease.due_ms, now
                         self._lease_saved(q, t, successor, lease, old_due)
                         self._notify(q)
                     return

@@ -78,11 +78,11 @@ class TagStates:
         lease = t.leases.get(seq)
         topic = topic_id if 0 < topic_id < DEAD_MARK else 0
         if lease is not None:
-            first = lease.first or None
+            first = lease.first_ms or None
             if lease.state != LEASED:
                 return _STATE_OF_ROW[lease.state], lease.count, first, None
-            if lease.due > now:
-                return "inflight", lease.count, first, lease.due
+            if lease.due_ms > now:
+                return "inflight", lease.count, first, lease.due_ms
             return self._active_or_parked(topic, seq), lease.count, first, None
         if visible_ms != enqueue_ms:
             if not t.delay_taken(visible_ms, seq):
@@ -99,7 +99,7 @@ class TagStates:
         row = self.snapshot.store.leases.get(keys.lease_key(self.q.id, t.id, seq))
         if row is not None:  # deleted after delivery: its count is kept on disk
             deleted = Lease.decode(row)
-            return "deleted", deleted.count, deleted.first or None, None
+            return "deleted", deleted.count, deleted.first_ms or None, None
         return "deleted", 0, None, None
 
     def _active_or_parked(self, topic: int, seq: int) -> str:
