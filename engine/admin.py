@@ -9,6 +9,7 @@ import cbor2
 from . import keys
 from .core import DEFAULT_TAG
 from .grants import PERMISSIONS, GrantOps
+from .peekstate import peek_state
 from .tagging import TagOps
 from .errors import (
     InvalidArgument,
@@ -18,6 +19,7 @@ from .errors import (
 )
 from .records import PREFIX, PREFIX_SIZE
 from .results import QueueInfo, QueuePage
+from .scope import in_scope
 from .state import LEASED, QueueState, TagState
 from .store import COLUMN_FAMILIES, Store
 from .validation import (
@@ -263,7 +265,7 @@ class AdminOps(GrantOps, TagOps):
             if visible > now and seq >= gone and seq not in t.leases and not \
                     t.rewind_handled(visible, seq):
                 value = store.log.get(keys.log_key(q.id, lane[0], seq))
-                if value is not None and self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                if value is not None and in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                         value[PREFIX_SIZE:]):
                     counts["delayed"] += 1
         cached = t.stats_cache
@@ -323,7 +325,7 @@ class AdminOps(GrantOps, TagOps):
         seen: set[int] = set()
 
         def tally(seq: int, value: bytes) -> None:
-            state = self._peek_state(q, t, seq, value, now)[0]
+            state = peek_state(self._store, q, t, seq, value, now)[0]
             if state in ("active", "parked"):
                 counts[state] += 1
                 seen.add(seq)
@@ -338,7 +340,7 @@ class AdminOps(GrantOps, TagOps):
             seq = keys.delay_key_decode(key)[2]
             if seq >= gone and seq not in t.leases:
                 value = store.log.get(keys.log_key(q.id, lane[0], seq))
-                if value is not None and self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                if value is not None and in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                         value[PREFIX_SIZE:]):
                     tally(seq, value)
         unpack = PREFIX.unpack_from
@@ -353,7 +355,7 @@ class AdminOps(GrantOps, TagOps):
                 enqueue_ms, visible_ms, _, _ = unpack(value)
                 seq = keys.log_seq(key)
                 if visible_ms == enqueue_ms and seq not in t.leases and \
-                        self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
+                        in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
                     tally(seq, value)
         for topic, head in list(t.locked.items()):  # successors passed while parked,
             # and rewound messages passed while they wait behind an Inflight head
@@ -363,6 +365,6 @@ class AdminOps(GrantOps, TagOps):
                 if seq in seen or seq in t.leases:
                     continue
                 value = store.log.get(keys.log_key(q.id, 8, seq))
-                if value is not None and self._in_scope(t, seq, unpack(value)[0],
+                if value is not None and in_scope(t, seq, unpack(value)[0],
                                                         value[PREFIX_SIZE:]):
                     tally(seq, value)

@@ -52,6 +52,7 @@ from .state import (
     Segment,
     TagState,
 )
+from .scope import in_scope
 from .store import Store
 
 from .validation import check_name
@@ -581,7 +582,7 @@ class EngineCore(StoreRecovery):
                 enqueue_ms, visible_ms, _, _ = unpack(value)
                 seq = keys.log_seq(key)
                 count += (visible_ms == enqueue_ms and seq not in t.leases
-                          and self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]))
+                          and in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]))
         lower, upper = keys.delayseq_key(q.id, low), keys.delayseq_key(q.id, high)
         for key, value in Store.items(store.delayseq, lower, upper):  # delayed, not taken
             seq, visible_ms = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
@@ -595,14 +596,14 @@ class EngineCore(StoreRecovery):
                 if seq not in t.leases and seq < t.cursors[DEFAULT_LANE]:
                     value = store.log.get(keys.log_key(q.id, DEFAULT_LANE, seq))
                     count += value is not None and unpack(value)[0] == unpack(value)[1] and \
-                        self._in_scope(t, seq, unpack(value)[0], value[PREFIX_SIZE:])
+                        in_scope(t, seq, unpack(value)[0], value[PREFIX_SIZE:])
         return count
 
     def _topic_or_plain_in_scope(self, q: QueueState, t: TagState, seq: int) -> bool:
         for lane in q.lanes_used:
             value = self._store.log.get(keys.log_key(q.id, lane, seq))
             if value is not None:
-                return self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                return in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                       value[PREFIX_SIZE:])
         return False
 
@@ -631,7 +632,7 @@ class EngineCore(StoreRecovery):
                 seq = keys.log_seq(it.key())
                 if seq not in leases and (
                         (t.filter is None and enqueue_ms >= t.start_ms and seq >= t.start_seq)
-                        or self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
+                        or in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
                     return seq
             it.next()
         return tail + 1

@@ -23,6 +23,7 @@ from . import keys
 from .core import EngineCore
 from .counters import DEAD
 from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
+from .peekstate import peek_state
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import Redriven
 from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
@@ -259,7 +260,7 @@ class DeadLetterOps(EngineCore):
             lease = t.leases.get(seq)
             if lease is not None and lease.state == LEASED and lease.due_ms > now:
                 return True
-        return self._peek_state(dlq, default, seq, value, now)[0] in ("deleted", "dead")
+        return peek_state(self._store, dlq, default, seq, value, now)[0] in ("deleted", "dead")
 
     def _redrive_target(self, original_id: str, tag_id: int,
                         now: int) -> tuple[QueueState, TagState, int] | None:

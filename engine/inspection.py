@@ -22,61 +22,16 @@ from . import keys
 from .core import EngineCore
 from .counters import DELETED
 from .errors import InvalidArgument, LaminaError, MessageNotFound
+from .peekstate import peek_state
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import PeekPage, Peeked
-from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
+from .scope import in_scope
+from .state import QueueState, TagState
 from .store import Store
 from .validation import check_batch, check_int, check_time_ms
 
-_STATE_OF_ROW = {ENDED_AHEAD: "deleted", ENDED_DEAD: "dead"}
-
-
 class InspectionOps(EngineCore):
     """Needs ``_Lessor`` (messaging) for the default peek mode and ``_end_for``."""
-
-    def _peek_state(self, q: QueueState, t: TagState, seq: int, value: bytes,
-                    now: int) -> tuple[str, int, int | None, int | None]:
-        """-> (state, dequeue_count, first_dequeue_time, next_visible_time) of a message of
-        the tag's scope that is above ``gone_seq``."""
-        enqueue_ms, visible_ms, topic_id, _ = PREFIX.unpack_from(value)
-        lease = t.leases.get(seq)
-        topic = topic_id if 0 < topic_id < DEAD_MARK else 0
-        if lease is not None:
-            first = lease.first_ms or None
-            if lease.state != LEASED:
-                return _STATE_OF_ROW[lease.state], lease.count, first, None
-            if lease.due_ms > now:
-                return "inflight", lease.count, first, lease.due_ms
-            return self._active_or_parked(q, t, topic, seq), lease.count, first, None
-        if visible_ms != enqueue_ms:
-            if not t.delay_taken(visible_ms, seq):
-                if visible_ms > now:
-                    return "delayed", 0, None, None
-                return self._active_or_parked(q, t, topic, seq), 0, None, None
-        elif seq >= t.cursors[PREFIX.unpack_from(value)[3]]:
-            return self._active_or_parked(q, t, topic, seq), 0, None, None
-        if topic and not self._ended_in_turn(t, topic, seq, enqueue_ms, visible_ms):
-            # Passed by the cursor: parked behind its topic's head (a later one too, when
-            # it was rewound behind an Inflight head: ``topic_from``), or ended.
-            head = t.locked.get(topic)
-            if head is None:
-                if not self._topic_gate(q, t, topic, seq):
-                    return "parked", 0, None, None
-            elif head < seq or t.topic_from.get(topic, seq + 1) <= seq:
-                return "parked", 0, None, None
-        row = self._store.leases.get(keys.lease_key(q.id, t.id, seq))
-        if row is not None:  # deleted after delivery: its count is kept on disk
-            deleted = Lease.decode(row)
-            return "deleted", deleted.count, deleted.first_ms or None, None
-        return "deleted", 0, None, None
-
-    def _active_or_parked(self, q: QueueState, t: TagState, topic: int, seq: int) -> str:
-        if not topic:
-            return "active"
-        head = t.locked.get(topic)
-        if head is None:
-            return "active" if self._topic_gate(q, t, topic, seq) else "parked"
-        return "active" if head == seq else "parked"
 
     def _lookup_id(self, q: QueueState, t: TagState, message_id: object,
                    field: str) -> tuple[int, int, bytes | None]:
@@ -95,7 +50,7 @@ class InspectionOps(EngineCore):
             raise MessageNotFound(f"{field}: message {message_id!r} is before the start of tag "
                                   f"{t.name!r}", field=field)
         value = self._store.log.get(keys.log_key(q.id, lane, seq))
-        if value is None or not self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+        if value is None or not in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                 value[PREFIX_SIZE:]):
             raise MessageNotFound(f"{field}: no message {message_id!r} for tag {t.name!r}",
                                   field=field)
@@ -141,7 +96,7 @@ class InspectionOps(EngineCore):
             except LaminaError as exc:
                 out.append(exc.with_traceback(None))
                 continue
-            state = self._peek_state(q, t, seq, value, now)
+            state = peek_state(self._store, q, t, seq, value, now)
             if room is not None:
                 room -= len(value) + 64
                 if room < 0 and out:
@@ -174,7 +129,7 @@ class InspectionOps(EngineCore):
             if it.valid():
                 heads.append((keys.log_seq(it.key()), lane, it.value(), it))
             enqueue_ms = PREFIX.unpack_from(value)[0]
-            if enqueue_ms < start_ms or not self._in_scope(t, seq, enqueue_ms,
+            if enqueue_ms < start_ms or not in_scope(t, seq, enqueue_ms,
                                                            value[PREFIX_SIZE:]):
                 last_id = self._id_of(q, seq, lane)
                 continue
@@ -183,7 +138,7 @@ class InspectionOps(EngineCore):
                 if room < 0 and out:
                     heads.append((seq, lane, value, None))
                     break
-            out.append(Peeked(value[PREFIX_SIZE:], *self._peek_state(q, t, seq, value, now)))
+            out.append(Peeked(value[PREFIX_SIZE:], *peek_state(self._store, q, t, seq, value, now)))
             last_id = self._id_of(q, seq, lane)
         more = bool(heads)
         return PeekPage(out, last_id if more and last_id is not None else None)
@@ -212,7 +167,7 @@ class InspectionOps(EngineCore):
                     results.append(exc.with_traceback(None))
                     continue
                 if value is not None:
-                    state = self._peek_state(q, t, seq, value, now)[0]
+                    state = peek_state(self._store, q, t, seq, value, now)[0]
                     if state not in ("deleted", "dead"):
                         self._end_for(q, t, seq, lane)
                         self._counters.count(q.id, t.id, DELETED)

@@ -26,7 +26,8 @@ import cbor2
 
 from . import keys
 from .counters import BYTES_IN, BYTES_OUT, DELETED, RECEIVED, SENT
-from .topics import TopicOps, filter_matches
+from .scope import filter_matches, in_scope, topic_gate
+from .topics import TopicOps
 from .errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -575,10 +576,10 @@ class _Lessor:
         enqueue_ms, _, topic_id, _ = PREFIX.unpack_from(value)
         t = self.t
         if t.filter is not None or enqueue_ms < t.start_ms or seq < t.start_seq:
-            if not self.engine._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
+            if not in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
                 return False
         if 0 < topic_id < DEAD_MARK:
-            if topic_id in self.topics_taken or not self.engine._topic_gate(self.q, t,
+            if topic_id in self.topics_taken or not topic_gate(self.engine._store, self.q, t,
                                                                           topic_id, seq):
                 if not self.dry_run and topic_id not in t.parked_topics:
                     self.engine._topic_parked(self.q, t, topic_id)  # passed while parked

@@ -153,7 +153,7 @@ class TagState:
         # topic -> (limit, delay_vt, delay_seq) from when a message of it came back out of
         # turn (redrive): its successors below ``limit`` that had no row and were passed then
         # (delayed ones: taken by that delay position) were delivered and deleted in their
-        # turn, so they are Ended, not parked (``TopicOps._ended_in_turn``).
+        # turn, so they are Ended, not parked (``scope.ended_in_turn``).
         self.topic_ended: dict[int, tuple[int, int, int]] = {}
         # Topics with successors a cursor or the delay index passed while they were parked:
         # when a head ends and its next successor is still pending, the topic stays locked on

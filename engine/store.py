@@ -206,6 +206,12 @@ class Store:
         self.pending = 0
         self.written = []
 
+    def catch_up(self) -> None:
+        """A secondary store: see the primary's latest writes (the reusable readers, which
+        read the state of their creation, go)."""
+        self._readers.clear()
+        self.db.try_catch_up_with_primary()
+
     def sync_wal(self) -> None:
         """Sync the WAL to stable storage. Releases the GIL: run it in a worker thread."""
         self.db.flush_wal(True)

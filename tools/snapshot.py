@@ -135,7 +135,7 @@ class Snapshot:
                 prefix=f"{_SECONDARY_PREFIX}{os.getpid()}-"))
             try:
                 self.store = Store(self._db_path, secondary=self.secondary_dir)
-                self.store.db.try_catch_up_with_primary()
+                self.store.catch_up()
             except Exception:
                 self._remove_secondary()
                 raise
@@ -162,7 +162,7 @@ class Snapshot:
             self._open()
         else:
             self._refuse_blobs()
-            self.store.db.try_catch_up_with_primary()
+            self.store.catch_up()
             self.opened_ms = wall_clock_ms()
             self._check_version()
 
