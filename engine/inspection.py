@@ -22,6 +22,7 @@ from . import keys
 from .core import EngineCore
 from .counters import DELETED
 from .errors import InvalidArgument, LaminaError, MessageNotFound
+from .lessor import Lessor
 from .peekstate import peek_state
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import PeekPage, Peeked
@@ -31,7 +32,7 @@ from .store import Store
 from .validation import check_batch, check_int, check_time_ms
 
 class InspectionOps(EngineCore):
-    """Needs ``_Lessor`` (messaging) for the default peek mode and ``_end_for``."""
+    """peek and delete_by_id; the default peek asks a dry ``Lessor`` (lessor.py)."""
 
     def _lookup_id(self, q: QueueState, t: TagState, message_id: object,
                    field: str) -> tuple[int, int, bytes | None]:
@@ -79,8 +80,7 @@ class InspectionOps(EngineCore):
             if start is not None:
                 return self._peek_from(q, t, check_time_ms(start, "start"), after, count, now,
                                        max_bytes)
-            from .messaging import _Lessor
-            lessor = _Lessor(self, q, t, now, 1000, count, max_bytes, dry_run=True)  # type: ignore[arg-type]
+            lessor = Lessor(self, q, t, now, 1000, count, max_bytes, dry_run=True)
             return PeekPage(lessor.run(), None)
 
     def _peek_ids(self, q: QueueState, t: TagState, ids: list[Any], now: int,
