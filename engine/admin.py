@@ -196,7 +196,7 @@ class AdminOps(GrantOps, TagOps):
             store = self._store
             store.put(store.meta_h, keys.queue_def_key(q.id), cbor2.dumps(q.definition()))
             q.oldest_live_ms = self._oldest_live_ms(q)
-            self._schedule_expiry_check(q, 0)
+            self._deadlines.schedule_expiry_check(q, 0)
             self._advance(q, now)
             self._settle(q, now)
             return dict(merged)

@@ -27,6 +27,7 @@ import cbor2
 from . import keys
 from .clock import Clock, EngineClock, wall_clock_ms
 from .counters import EXPIRED, Counters
+from .deadlines import Deadlines
 from .errors import (
     InternalError,
     InvalidArgument,
@@ -35,24 +36,22 @@ from .errors import (
     TagNotFound,
     Unavailable,
 )
+from .loading import headed_topic, lease_rows, read_queue, tag_definitions
 from .receipts import ReceiptCodec, load_or_create_key
+from .reclaim import collect
 from .records import PREFIX, PREFIX_SIZE
 from .recovery import StoreRecovery
 from .state import (
-    DEAD_MARK,
-    DEFAULT_LANE,
     ENDED_AHEAD,
     ENDED_DEAD,
     ENDED_DELETED,
-    LANE_RANGE,
     LEASED,
     NO_DELAYED,
     Lease,
     QueueState,
-    Segment,
     TagState,
 )
-from .scope import in_scope
+from .scope import in_scope, not_ended_between, topic_or_plain_in_scope
 from .store import Store
 
 from .validation import check_name
@@ -119,6 +118,7 @@ class EngineCore(StoreRecovery):
         self._closed = False
         self._persisted_clock = -1
         self._counters = Counters(self)
+        self._deadlines = Deadlines()
         self._init_recovery()
         self._load()
 
@@ -150,13 +150,7 @@ class EngineCore(StoreRecovery):
         self._grant_cache = None  # caches of meta rows, filled on first use
         self._topic_ids = None
         self._counters.reset()
-        self._wake_heap: list[tuple[int, int, int]] = []  # (due_ms, queue, tag or 0 = all)
-        # (due_ms, queue): the earliest lease deadline of each queue with a redrive policy,
-        # so that every operation applies dead-letter moves due anywhere first.
-        self._expiry_heap: list[tuple[int, int]] = []
-        # (due_ms, queue, tag, seq): leases of topic heads that rewound (or redriven) messages
-        # of their topic wait behind; when one runs out, those go first (topics.py).
-        self._lapse_heap: list[tuple[int, int, int, int]] = []
+        self._deadlines.clear()
         # DLQ id -> ids of queues that may hold dead letters with a copy there (no entry is
         # ever wrong to have: stale ones are dropped when met).
         self._dead_sources: dict[int, set[int]] = {}
@@ -165,40 +159,23 @@ class EngineCore(StoreRecovery):
 
     def _load_queue(self, queue_id: int, definition: dict[str, Any]) -> QueueState:
         store = self._store
-        q = QueueState(queue_id, definition["name"], definition["attributes"],
-                       definition["created"])
-        q.decode_watermarks(store.meta[keys.watermarks_key(queue_id)])
+        q = read_queue(store, queue_id, definition, store.meta[keys.watermarks_key(queue_id)])
         self._queues[queue_id] = q
         self._queue_names[q.name.lower()] = queue_id
-        for lane in LANE_RANGE:
-            lower, upper = keys.log_lane_bounds(queue_id, lane)
-            it = Store.scan(store.log, lower, upper, last=True)
-            if it.valid():
-                q.lane_tail[lane] = keys.log_seq(it.key())
-                q.lanes_used.append(lane)
         q.oldest_live_ms = self._oldest_live_ms(q)
-        lower, upper = keys.queue_bounds(queue_id)
-        for key, value in Store.items(store.segments, lower, upper):
-            q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
-        if q.segments:
-            q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
-        tag_lower, tag_upper = keys.tag_def_bounds(queue_id)
-        for key, value in Store.items(store.meta, tag_lower, tag_upper):
-            self._load_tag(q, keys.tag_def_ids(key)[1], cbor2.loads(value))
-        self._schedule_delay_wake(q, self._clock.last_ms)
-        self._schedule_expiry_check(q, 0)
+        for tag_id, tag_definition in tag_definitions(store, queue_id):
+            self._load_tag(q, tag_id, tag_definition)
+        self._deadlines.schedule_delay_wake(self._store, q, self._clock.last_ms)
+        self._deadlines.schedule_expiry_check(q, 0)
         return q
 
     def _load_tag(self, q: QueueState, tag_id: int, definition: dict[str, Any]) -> TagState:
         store = self._store
         t, waited_on = TagState.from_definition(tag_id, definition)
         t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
-        lower, upper = keys.tag_scope_bounds(q.id, tag_id)
-        for key, value in Store.items(store.leases, lower, upper):
-            lease = Lease.decode(value)
+        for seq, lease in lease_rows(store, q.id, tag_id):
             if lease.state == ENDED_DELETED:
                 continue  # on disk only, for peek
-            seq = keys.lease_key_decode(key)[2]
             t.leases[seq] = lease
             t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
             if lease.state == ENDED_DEAD:
@@ -207,12 +184,10 @@ class EngineCore(StoreRecovery):
             if lease.state == LEASED:
                 t.lease_heap.append(seq)
                 t.due_index.add(lease.due_ms, seq)
-                self._register_wake(q, t, lease.due_ms)
-                if lease.lane == DEFAULT_LANE:  # a topic head? (the lowest leased one is)
-                    stored = store.log.get(keys.log_key(q.id, lease.lane, seq))
-                    topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
-                    if 0 < topic_id < DEAD_MARK and topic_id not in t.locked:
-                        t.lock(topic_id, seq)
+                self._deadlines.register_wake(q, t, lease.due_ms)
+                topic_id = headed_topic(store, q, t, seq, lease)
+                if topic_id:
+                    t.lock(topic_id, seq)
         q.tags[tag_id] = t
         q.tag_names[t.name.lower()] = tag_id
         for lane in q.lanes_used:
@@ -241,13 +216,14 @@ class EngineCore(StoreRecovery):
         if self._broken is not None:  # a write failed: reopen the store first (recovery.py)
             self._ensure_store()
         now = self._now = self._clock.now()
+        deadlines = self._deadlines
         try:
-            if self._expiry_heap and self._expiry_heap[0][0] <= now:
+            if deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now:
                 # Dead-letter moves due anywhere come first, written as their own batch so
                 # that the operation reads them.
                 self._apply_due_expiries(now)
                 self._write_pending()
-            if self._lapse_heap and self._lapse_heap[0][0] <= now:
+            if deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now:
                 self._apply_due_lapses(now)  # likewise: topic heads whose lease ran out
                 self._write_pending()
             try:
@@ -504,7 +480,7 @@ class EngineCore(StoreRecovery):
             return False
         if t.filter is None and t.start_ms <= 0 and seq >= t.start_seq:
             return True
-        return self._topic_or_plain_in_scope(q, t, seq)
+        return topic_or_plain_in_scope(self._store, q, t, seq)
 
     def _settle(self, q: QueueState, now: int) -> None:
         """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``; for a DLQ,
@@ -533,7 +509,7 @@ class EngineCore(StoreRecovery):
         move cursors it overtook. With ``expiry``, count what expired while not Ended."""
         if expiry:
             for t in q.tags.values():
-                expired = self._not_ended_between(q, t, q.gone_seq, gone)
+                expired = not_ended_between(self._store, q, t, q.gone_seq, gone)
                 if expired:
                     self._counters.count(q.id, t.id, EXPIRED, expired)
         q.gone_seq = gone
@@ -563,49 +539,7 @@ class EngineCore(StoreRecovery):
                 store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
         if q.delayseq_from < gone:
             q.delayseq_from = gone
-        self._collect(q)
-
-    def _not_ended_between(self, q: QueueState, t: TagState, low: int, high: int) -> int:
-        """How many messages with ``low <= seq < high`` are not Ended for ``t`` (for the
-        ``expired`` counter; costs a walk of the range, once per expiry)."""
-        store = self._store
-        count = 0
-        for seq, lease in t.leases.items():
-            count += lease.state == LEASED and low <= seq < high
-        unpack = PREFIX.unpack_from
-        for lane in q.lanes_used:  # never delivered: ahead of the cursor, in scope, no row
-            start = max(t.cursors[lane], low)
-            if start >= high or start > q.lane_tail[lane]:
-                continue
-            lower, upper = keys.log_key(q.id, lane, start), keys.log_key(q.id, lane, high)
-            for key, value in Store.items(store.log, lower, upper):
-                enqueue_ms, visible_ms, _, _ = unpack(value)
-                seq = keys.log_seq(key)
-                count += (visible_ms == enqueue_ms and seq not in t.leases
-                          and in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]))
-        lower, upper = keys.delayseq_key(q.id, low), keys.delayseq_key(q.id, high)
-        for key, value in Store.items(store.delayseq, lower, upper):  # delayed, not taken
-            seq, visible_ms = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if seq in t.leases or t.delay_taken(visible_ms, seq):
-                continue
-            count += self._topic_or_plain_in_scope(q, t, seq)
-        for topic, head in list(t.locked.items()):  # parked behind a head
-            lower = keys.topic_key(q.id, topic, max(head + 1, low))
-            for key in Store.keys(store.topics, lower, keys.topic_key(q.id, topic, high)):
-                seq = keys.topic_key_decode(key)[2]
-                if seq not in t.leases and seq < t.cursors[DEFAULT_LANE]:
-                    value = store.log.get(keys.log_key(q.id, DEFAULT_LANE, seq))
-                    count += value is not None and unpack(value)[0] == unpack(value)[1] and \
-                        in_scope(t, seq, unpack(value)[0], value[PREFIX_SIZE:])
-        return count
-
-    def _topic_or_plain_in_scope(self, q: QueueState, t: TagState, seq: int) -> bool:
-        for lane in q.lanes_used:
-            value = self._store.log.get(keys.log_key(q.id, lane, seq))
-            if value is not None:
-                return in_scope(t, seq, PREFIX.unpack_from(value)[0],
-                                      value[PREFIX_SIZE:])
-        return False
+        collect(self._store, q)
 
     def _snap_cursor(self, q: QueueState, t: TagState, lane: int) -> None:
         """Move a cursor onto the lowest message of its lane at or above it that is not
@@ -644,59 +578,7 @@ class EngineCore(StoreRecovery):
     def _persist_watermarks(self, q: QueueState) -> None:
         self._store.put(self._store.meta_h, keys.watermarks_key(q.id), q.encode_watermarks())
 
-    # -- segments -------------------------------------------------------------------------------
-
-    def _collect(self, q: QueueState) -> None:
-        """Reclaim whole segments below ``gone_seq`` (log, time index, delay and topic
-        indexes)."""
-        store = self._store
-        # Only sealed segments: the open (last) one stays until a send seals it. Collecting it
-        # whenever a near-empty queue drains would write range tombstones on every delete,
-        # and those make every new iterator slower (measured: 23 us -> 6 ms per delete).
-        while len(q.segments) > 1 and q.segments[0].last_seq < q.gone_seq:
-            segment = q.segments.pop(0)
-            first, end = segment.first_seq, segment.last_seq + 1
-            for lane in q.lanes_used:
-                store.delete_range(store.log_h, keys.log_key(q.id, lane, first),
-                                   keys.log_key(q.id, lane, end))
-            store.delete_range(store.time_h, keys.time_key(q.id, 0, 0),
-                               keys.time_key(q.id, segment.last_ms, end))
-            # The time index maps each ms to its first seq: if the next retained message shares
-            # this segment's last ms, that ms needs a new first entry.
-            if q.segments and q.segments[0].first_ms == segment.last_ms:
-                store.put(store.time_h, keys.time_key(q.id, segment.last_ms,
-                                                      q.segments[0].first_seq), b"")
-            elif not q.segments:
-                q.indexed_ms = -1
-            lower, upper = keys.delayseq_key(q.id, first), keys.delayseq_key(q.id, end)
-            for key, value in Store.items(store.delayseq, lower, upper):
-                seq = keys.delayseq_key_decode(key)[1]
-                store.delete(store.delays_h, keys.delay_key(q.id, keys.read_u64(value), seq))
-            store.delete_range(store.delayseq_h, lower, upper)
-            if q.next_topic_id > 1 and DEFAULT_LANE in q.lanes_used:  # topic messages: lane 8
-                for key, value in Store.items(store.log, keys.log_key(q.id, DEFAULT_LANE, first),
-                                              keys.log_key(q.id, DEFAULT_LANE, end)):
-                    topic_id = PREFIX.unpack_from(value)[2]
-                    if 0 < topic_id < DEAD_MARK:
-                        store.delete(store.topics_h,
-                                     keys.topic_key(q.id, topic_id, keys.log_seq(key)))
-            for t in q.tags.values():  # rows below gone_seq: ENDED_DELETED ones (state.py)
-                store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, first),
-                                   keys.lease_key(q.id, t.id, end))
-            store.delete(store.segments_h, keys.segment_key(q.id, first))
-
     # -- wake-ups ---------------------------------------------------------------------------------
-
-    def _schedule_delay_wake(self, q: QueueState, now: int) -> None:
-        """Register the next delay end of ``q`` after ``now`` (one heap entry per queue)."""
-        lower, upper = keys.delay_key(q.id, now + 1, 0), keys.queue_bounds(q.id)[1]
-        it = Store.scan(self._store.delays, lower, upper)
-        if it.valid():
-            due = keys.delay_key_decode(it.key())[1]
-            q.next_delay_wake_ms = due
-            heapq.heappush(self._wake_heap, (due, q.id, 0))
-        else:
-            q.next_delay_wake_ms = -1
 
     def _lease_dropped(self, q: QueueState, t: TagState, seq: int, lease: Lease) -> None:
         """A LEASED message is Ended for ``t`` (deleted): its rows go, or, when a cursor or the
@@ -761,33 +643,22 @@ class EngineCore(StoreRecovery):
             t.due_index.add(lease.due_ms, seq)
             if t.topic_from and t.heads.get(seq) in t.topic_from:
                 self._watch_lapse(q, t, t.heads[seq])
-            self._watch_lease_due(q, t, lease.due_ms)
-
-    def _watch_lease_due(self, q: QueueState, t: TagState, due: int) -> None:
-        """A LEASED row due at ``due``: the receive walk's lower bound, the tag's wake-up and,
-        with a redrive policy, the dead-letter check must not miss it."""
-        if due < t.min_due_ms:
-            t.min_due_ms = due
-        if due < t.next_wake_ms or t.next_wake_ms < 0:
-            self._register_wake(q, t, due)
-        if q.attributes["redrive"] is not None and (q.next_expiry_ms < 0 or due < q.next_expiry_ms):
-            q.next_expiry_ms = due
-            heapq.heappush(self._expiry_heap, (due, q.id))
+            self._deadlines.watch_lease_due(q, t, lease.due_ms)
 
     def _apply_due_expiries(self, now: int) -> None:
         """Dead-letter moves due by ``now`` in every queue (before any operation acts)."""
-        heap = self._expiry_heap
+        heap = self._deadlines.expiry_heap
         while heap and heap[0][0] <= now:
             due, queue_id = heapq.heappop(heap)
             q = self._queues.get(queue_id)
             if q is not None and due == q.next_expiry_ms:
                 self._apply_expiries(q, now)
-                self._schedule_expiry_check(q, now)
+                self._deadlines.schedule_expiry_check(q, now)
 
     def _apply_due_lapses(self, now: int) -> None:
         """Topic heads whose lease ran out by ``now`` while rewound messages of their topic
         waited behind them: those go first now (``_topic_head_lapsed``), in deadline order."""
-        heap = self._lapse_heap
+        heap = self._deadlines.lapse_heap
         while heap and heap[0][0] <= now:
             due, queue_id, tag_id, seq = heapq.heappop(heap)
             q = self._queues.get(queue_id)
@@ -798,30 +669,3 @@ class EngineCore(StoreRecovery):
             if (lease is not None and lease.state == LEASED and lease.due_ms == due
                     and topic_id is not None and topic_id in t.topic_from):
                 self._topic_head_lapsed(q, t, seq, topic_id, due)
-
-    def _schedule_expiry_check(self, q: QueueState, now: int) -> None:
-        """Register the first lease deadline after ``now`` of a queue with a redrive policy."""
-        q.next_expiry_ms = -1
-        if q.attributes["redrive"] is None:
-            return
-        for t in q.tags.values():
-            due = t.due_index.first_due_after(now)
-            if due is not None:
-                if q.next_expiry_ms < 0 or due < q.next_expiry_ms:
-                    q.next_expiry_ms = due
-        if q.next_expiry_ms >= 0:
-            heapq.heappush(self._expiry_heap, (q.next_expiry_ms, q.id))
-
-    def _register_wake(self, q: QueueState, t: TagState, due: int) -> None:
-        """Keep one wake-up per tag registered: the earliest lease deadline known. The heap
-        holds at most the registrations made since the last ``process_deadlines``."""
-        if t.next_wake_ms < 0 or due < t.next_wake_ms:
-            t.next_wake_ms = due
-            heapq.heappush(self._wake_heap, (due, q.id, t.id))
-
-    def _reschedule_tag_wake(self, q: QueueState, t: TagState, now: int) -> None:
-        """After the tag's wake-up fired: register the first lease deadline after ``now``."""
-        t.next_wake_ms = -1
-        due = t.due_index.first_due_after(now)
-        if due is not None:
-            self._register_wake(q, t, due)

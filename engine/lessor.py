@@ -39,7 +39,7 @@ class Lessor:
         self.out: list[Delivery] = []
         self.tag_moved = False
         self.issue = engine._receipts.issue
-        self._due_watched = False  # _watch_lease_due ran for this receive's due time
+        self._due_watched = False  # watch_lease_due ran for this receive's due time
 
     def run(self) -> list[Any]:
         self._active_again()
@@ -110,7 +110,7 @@ class Lessor:
         """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
         the first lease of ``seq`` for this tag. The same rows and state as
         ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
-        (the same for every lease of this receive, ``_watch_lease_due``) is done once."""
+        (the same for every lease of this receive, ``Deadlines.watch_lease_due``) is done once."""
         t, due, now = self.t, self.due_ms, self.now
         number = t.lease_counter
         t.lease_counter = number + 1
@@ -125,7 +125,7 @@ class Lessor:
         t.due_index.add_new(due, seq)
         if not self._due_watched:
             self._due_watched = True
-            self.engine._watch_lease_due(self.q, t, due)
+            self.engine._deadlines.watch_lease_due(self.q, t, due)
         self.out.append(Delivery(value[PREFIX_SIZE:], self.issue(qid, tid, lane, seq, number),
                                  1, now, due))
 

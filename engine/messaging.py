@@ -351,9 +351,7 @@ class MessagingOps(TopicOps):
         store.batch.put(keys.delayseq_key(q.id, seq), keys.u64(visible), store.delayseq_h)
         if q.delayseq_from > seq:
             q.delayseq_from = seq
-        if q.next_delay_wake_ms < 0 or visible < q.next_delay_wake_ms:
-            q.next_delay_wake_ms = visible
-            heapq.heappush(self._wake_heap, (visible, q.id, 0))
+        self._deadlines.delay_ends_at(q, visible)
         for t in q.tags.values():
             if visible < t.delay_hint:
                 t.delay_hint = visible
@@ -495,7 +493,7 @@ class MessagingOps(TopicOps):
     def next_deadline(self) -> int | None:
         """The earliest time (ms) at which a message may become Active without a request
         (lease expiry, delay end), or None. A server's timer task sleeps until then."""
-        heap = self._wake_heap
+        heap = self._deadlines.wake_heap
         while heap and heap[0][1] not in self._queues:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
@@ -504,7 +502,7 @@ class MessagingOps(TopicOps):
         """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages
         Active because of it (tag None: every tag of the queue), for waking receives."""
         with self._operation() as now:
-            heap = self._wake_heap
+            heap = self._deadlines.wake_heap
             woken: set[tuple[str, str | None]] = set()
             while heap and heap[0][0] <= now:
                 due, queue_id, tag_id = heapq.heappop(heap)
@@ -514,11 +512,11 @@ class MessagingOps(TopicOps):
                 if tag_id == 0:
                     if due == q.next_delay_wake_ms:
                         woken.add((q.name, None))
-                        self._schedule_delay_wake(q, now)
+                        self._deadlines.schedule_delay_wake(self._store, q, now)
                     continue
                 t = q.tags.get(tag_id)
                 if t is not None and due == t.next_wake_ms:
                     woken.add((q.name, t.name))
-                    self._reschedule_tag_wake(q, t, now)
+                    self._deadlines.reschedule_tag_wake(q, t, now)
                     self._apply_expiries(q, now)  # dead-letter moves happen at their time
             return sorted(woken, key=lambda pair: (pair[0], pair[1] or ""))

@@ -13,7 +13,7 @@ from typing import Any
 import cbor2
 
 from . import keys
-from .records import PREFIX_SIZE
+from .records import PREFIX, PREFIX_SIZE
 from .state import DEFAULT_LANE, LEASED, QueueState, TagState
 from .store import Store
 
@@ -110,4 +110,47 @@ def topic_gate(store: Store, q: QueueState, t: TagState, topic_id: int, seq: int
     if earliest is None:
         return True
     t.lock(topic_id, earliest)
+    return False
+
+
+def not_ended_between(store: Store, q: QueueState, t: TagState, low: int, high: int) -> int:
+    """How many messages with ``low <= seq < high`` are not Ended for ``t`` (for the
+    ``expired`` counter; costs a walk of the range, once per expiry)."""
+    count = 0
+    for seq, lease in t.leases.items():
+        count += lease.state == LEASED and low <= seq < high
+    unpack = PREFIX.unpack_from
+    for lane in q.lanes_used:  # never delivered: ahead of the cursor, in scope, no row
+        start = max(t.cursors[lane], low)
+        if start >= high or start > q.lane_tail[lane]:
+            continue
+        lower, upper = keys.log_key(q.id, lane, start), keys.log_key(q.id, lane, high)
+        for key, value in Store.items(store.log, lower, upper):
+            enqueue_ms, visible_ms, _, _ = unpack(value)
+            seq = keys.log_seq(key)
+            count += (visible_ms == enqueue_ms and seq not in t.leases
+                      and in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]))
+    lower, upper = keys.delayseq_key(q.id, low), keys.delayseq_key(q.id, high)
+    for key, value in Store.items(store.delayseq, lower, upper):  # delayed, not taken
+        seq, visible_ms = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
+        if seq in t.leases or t.delay_taken(visible_ms, seq):
+            continue
+        count += topic_or_plain_in_scope(store, q, t, seq)
+    for topic, head in list(t.locked.items()):  # parked behind a head
+        lower = keys.topic_key(q.id, topic, max(head + 1, low))
+        for key in Store.keys(store.topics, lower, keys.topic_key(q.id, topic, high)):
+            seq = keys.topic_key_decode(key)[2]
+            if seq not in t.leases and seq < t.cursors[DEFAULT_LANE]:
+                value = store.log.get(keys.log_key(q.id, DEFAULT_LANE, seq))
+                count += value is not None and unpack(value)[0] == unpack(value)[1] and \
+                    in_scope(t, seq, unpack(value)[0], value[PREFIX_SIZE:])
+    return count
+
+
+def topic_or_plain_in_scope(store: Store, q: QueueState, t: TagState, seq: int) -> bool:
+    """Whether the message ``seq``, in whatever lane it is, is in the tag's scope."""
+    for lane in q.lanes_used:
+        value = store.log.get(keys.log_key(q.id, lane, seq))
+        if value is not None:
+            return in_scope(t, seq, PREFIX.unpack_from(value)[0], value[PREFIX_SIZE:])
     return False

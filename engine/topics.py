@@ -27,7 +27,6 @@ production order. The rules, as the engine applies them:
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from typing import Any, Iterator
 
@@ -207,7 +206,7 @@ class TopicOps(EngineCore):
         head = t.locked.get(topic_id)
         lease = t.leases.get(head) if head is not None else None
         if lease is not None and lease.state == LEASED:
-            heapq.heappush(self._lapse_heap, (lease.due_ms, q.id, t.id, head))
+            self._deadlines.watch_lapse(q, t, head, lease.due_ms)
 
     def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
                            at: int) -> None:
