@@ -8,7 +8,7 @@ import cbor2
 
 from . import keys
 from .core import DEFAULT_TAG
-from .grants import PERMISSIONS, GrantOps
+from .grants import PERMISSIONS
 from .peekstate import peek_state
 from .tagging import TagOps
 from .errors import (
@@ -32,7 +32,7 @@ from .validation import (
 MAX_LIST_LIMIT = 1000
 
 
-class AdminOps(GrantOps, TagOps):
+class AdminOps(TagOps):
     """Operations on queues as a whole."""
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
@@ -40,7 +40,7 @@ class AdminOps(GrantOps, TagOps):
         """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
         with self._operation() as now:
             check_queue_name(queue)
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             return self._create_queue(queue, attributes, caller, now)
 
     def _create_queue(self, queue: str, attributes: Mapping[str, Any] | None,
@@ -67,7 +67,7 @@ class AdminOps(GrantOps, TagOps):
         self._queue_names[queue.lower()] = queue_id
         self._add_tag(q, DEFAULT_TAG, 0, 0, None, now)
         if caller is not None:  # the creator gets all five permissions on its queue
-            self._store_grant(caller, queue.lower(), PERMISSIONS)
+            self._grants.store_grant(caller, queue.lower(), PERMISSIONS)
         return QueueInfo(queue, dict(resolved), now)
 
     def copy_queue(self, queue: str, source: str, *, caller: str | None = None) -> QueueInfo:
@@ -75,8 +75,8 @@ class AdminOps(GrantOps, TagOps):
         starting now): no messages, no grants."""
         with self._operation() as now:
             check_queue_name(queue)
-            self._check(caller, "manage", queue)
-            self._check(caller, "peek", source, "source")
+            self._grants.check(caller, "manage", queue)
+            self._grants.check(caller, "peek", source, "source")
             src = self._queue(source, "source")
             if queue.lower() in self._queue_names:
                 raise QueueAlreadyExists(f"queue: {queue!r} exists", field="queue")
@@ -93,7 +93,7 @@ class AdminOps(GrantOps, TagOps):
         dead-letter queue for the caller)."""
         if redrive is None:
             return
-        self._check(caller, "send", redrive["dlq"], "attributes.redrive.dlq")
+        self._grants.check(caller, "send", redrive["dlq"], "attributes.redrive.dlq")
         dlq_id = self._queue_names.get(redrive["dlq"].lower())
         if dlq_id is None:
             raise InvalidRedrivePolicy(f"attributes.redrive.dlq: no queue named "
@@ -115,7 +115,7 @@ class AdminOps(GrantOps, TagOps):
     def delete_queue(self, queue: str, *, caller: str | None = None) -> None:
         """Remove a queue, its tags and all its data; policies naming it as DLQ are removed."""
         with self._operation():
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             store = self._store
             lower, upper = keys.queue_bounds(q.id)
@@ -130,7 +130,7 @@ class AdminOps(GrantOps, TagOps):
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id))
             del self._queues[q.id]
             del self._queue_names[q.name.lower()]
-            self._drop_grants_on(q.name)
+            self._grants.drop_on(q.name)
             self._counters.forget(q.id)
             if self._topic_ids:
                 for cached in [k for k in self._topic_ids if k[0] == q.id]:
@@ -162,7 +162,7 @@ class AdminOps(GrantOps, TagOps):
                 if not name_key.startswith(prefix_key):
                     break
                 name = self._queues[keys.read_u32(value)].name
-                if not self._may(caller, "peek", name):
+                if not self._grants.may(caller, "peek", name):
                     continue
                 if len(names) == limit:
                     more = True
@@ -173,7 +173,7 @@ class AdminOps(GrantOps, TagOps):
     def get_queue(self, queue: str, *, caller: str | None = None) -> QueueInfo:
         """Attributes, creation time and the stats of DESIGN.md §8."""
         with self._operation() as now:
-            self._check(caller, "peek", queue)
+            self._grants.check(caller, "peek", queue)
             q = self._queue(queue)
             self._advance(q, now)
             self._settle(q, now)
@@ -183,7 +183,7 @@ class AdminOps(GrantOps, TagOps):
                              caller: str | None = None) -> dict[str, Any]:
         """Change the given attributes (all rules hold afterwards, else nothing changes)."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             if not isinstance(attributes, Mapping):
                 raise InvalidArgument("attributes", "must be a map")
@@ -204,7 +204,7 @@ class AdminOps(GrantOps, TagOps):
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
         """Every message produced so far is gone for every tag; -> how many were retained."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             self._advance(q, now)
             self._settle(q, now)
@@ -222,7 +222,7 @@ class AdminOps(GrantOps, TagOps):
         """Daily counters, newest first (days without activity omitted); without ``tag`` the
         queue's totals (sent counted once, the rest summed over tags)."""
         with self._operation() as now:
-            self._check(caller, "peek", queue)
+            self._grants.check(caller, "peek", queue)
             q = self._queue(queue)
             t = self._tag(q, tag) if tag is not None else None
             count = check_int(days, "days", 1, 31)

@@ -36,6 +36,7 @@ from .errors import (
     TagNotFound,
     Unavailable,
 )
+from .grants import Grants
 from .loading import headed_topic, lease_rows, read_queue, tag_definitions
 from .receipts import ReceiptCodec, load_or_create_key
 from .reclaim import collect
@@ -119,6 +120,7 @@ class EngineCore(StoreRecovery):
         self._persisted_clock = -1
         self._counters = Counters(self)
         self._deadlines = Deadlines()
+        self._grants = Grants(self)
         self._init_recovery()
         self._load()
 
@@ -147,7 +149,7 @@ class EngineCore(StoreRecovery):
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
         self._queues: dict[int, QueueState] = {}
         self._queue_names: dict[str, int] = {}
-        self._grant_cache = None  # caches of meta rows, filled on first use
+        self._grants.reset()
         self._topic_ids = None
         self._counters.reset()
         self._deadlines.clear()

@@ -148,7 +148,7 @@ class DeadLetterOps(EngineCore):
         while True:
             with self._operation() as now:
                 if first:
-                    self._check(caller, "manage", queue)
+                    self._grants.check(caller, "manage", queue)
                     dlq = self._queue(queue)
                     if source is not None and not isinstance(source, str):
                         # a filter, not a lookup: text that names no queue matches nothing

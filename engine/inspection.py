@@ -64,7 +64,7 @@ class InspectionOps(EngineCore):
         ``start``/``ids``); messages produced from ``start`` on with their states, paged by
         ``after``; or the messages with ``ids``, one entry per id."""
         with self._operation() as now:
-            self._check(caller, "peek", queue)
+            self._grants.check(caller, "peek", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
@@ -153,7 +153,7 @@ class InspectionOps(EngineCore):
         """End messages for ``tag`` by id whatever their state (idempotent; a lease on one
         goes stale, a parked one is unlinked)."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             ids = check_batch(ids, "ids")

@@ -157,7 +157,7 @@ class MessagingOps(TopicOps):
              caller: str | None = None) -> list[Sent | LaminaError]:
         """Append messages; per entry a ``Sent`` or the error that refused that entry."""
         with self._operation() as now:
-            self._check(caller, "send", queue)
+            self._grants.check(caller, "send", queue)
             q = self._queue(queue)
             messages = check_batch(messages, "messages")
             self._advance(q, now)
@@ -377,7 +377,7 @@ class MessagingOps(TopicOps):
         ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
         message that would pass it is not leased. Waiting is the server's business."""
         with self._operation() as now:
-            self._check(caller, "receive", queue)
+            self._grants.check(caller, "receive", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
@@ -410,7 +410,7 @@ class MessagingOps(TopicOps):
     def _tag_operation(self, caller: str | None, queue: str, tag: str | None,
                        now: int) -> tuple[QueueState, TagState]:
         """The common start of an operation on received messages of one tag."""
-        self._check(caller, "receive", queue)
+        self._grants.check(caller, "receive", queue)
         q = self._queue(queue)
         t = self._tag(q, tag)
         self._advance(q, now)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .counters import Counters
+    from .grants import Grants
     from .state import QueueState
 
 log = logging.getLogger("lamina.engine")
@@ -74,7 +75,7 @@ class StoreRecovery:
         _queues: dict[int, QueueState]
         _queue_names: dict[str, int]
         _counters: Counters
-        _grant_cache: Any
+        _grants: Grants
         _topic_ids: Any
         _next_queue_id: int
         _next_tag_id: int
@@ -101,7 +102,8 @@ class StoreRecovery:
     def _reload(self, queue_ids: Iterable[int]) -> None:
         """Rebuild the given queues (and the caches of shared rows) from the store."""
         self._counters.reset()
-        self._grant_cache = self._topic_ids = None
+        self._grants.reset()
+        self._topic_ids = None
         meta = self._store.meta
         ids = meta.get(keys.META_IDS)
         self._next_queue_id, self._next_tag_id = (

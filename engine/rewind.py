@@ -35,7 +35,7 @@ class RewindOps(TopicOps):
         """Make everything a tag (or every tag) received from ``time`` on never-delivered
         again, except what is Inflight now."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             targets = [self._tag(q, tag)] if tag is not None else \
                 sorted(q.tags.values(), key=lambda t: t.name.lower())

@@ -27,7 +27,7 @@ class TagOps(TopicOps):
         ``"oldest"`` = everything retained, ``"now"`` = exactly what is sent from now on)
         that pass ``filter``. Start and filter are fixed at creation."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             check_name(tag, "tag")
             flt = check_filter(filter)
@@ -69,7 +69,7 @@ class TagOps(TopicOps):
     def delete_tag(self, queue: str, tag: str, *, caller: str | None = None) -> None:
         """Drop a tag and its state (the ``default`` tag cannot be deleted)."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             if t.name.lower() == DEFAULT_TAG:
@@ -89,7 +89,7 @@ class TagOps(TopicOps):
     def list_tags(self, queue: str, *, caller: str | None = None) -> list[TagInfo]:
         """Every tag of ``queue`` (ordered by lower-cased name) with its stats."""
         with self._operation() as now:
-            self._check(caller, "peek", queue)
+            self._grants.check(caller, "peek", queue)
             q = self._queue(queue)
             self._advance(q, now)
             self._settle(q, now)
