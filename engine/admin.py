@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import cbor2
 
 from . import keys
-from .core import DEFAULT_TAG
+from .floors import holds_delayed, tag_floor
 from .grants import PERMISSIONS
 from .peekstate import peek_state
 from .tagging import TagOps
@@ -20,7 +20,7 @@ from .errors import (
 from .records import PREFIX, PREFIX_SIZE
 from .results import QueueInfo, QueuePage
 from .scope import in_scope
-from .state import LEASED, QueueState, TagState
+from .state import DEFAULT_TAG, LEASED, QueueState, TagState
 from .store import COLUMN_FAMILIES, Store
 from .validation import (
     check_int,
@@ -275,7 +275,7 @@ class AdminOps(TagOps):
             self._count_active(q, t, now, counts)
             if t.filter is not None:
                 t.stats_cache = (now, counts["active"], counts["parked"])
-        floor = max(min(self._tag_floor(q, t, dead_letters=False),
+        floor = max(min(tag_floor(self._store, self._queues, self._now, q, t, dead_letters=False),
                         self._tag_delayed_floor(q, t)), gone)
         return {
             **counts,
@@ -289,7 +289,7 @@ class AdminOps(TagOps):
         lower = keys.delayseq_key(q.id, max(q.gone_seq, t.start_seq))
         for key, value in Store.items(self._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
             seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if self._holds_delayed(q, t, seq, visible):
+            if holds_delayed(self._store, q, t, seq, visible):
                 return seq
         return q.next_seq
 

@@ -36,6 +36,7 @@ from .errors import (
     TagNotFound,
     Unavailable,
 )
+from .floors import delayed_floor, tag_floor
 from .grants import Grants
 from .loading import headed_topic, lease_rows, read_queue, tag_definitions
 from .receipts import ReceiptCodec, load_or_create_key
@@ -43,16 +44,16 @@ from .reclaim import collect
 from .records import PREFIX, PREFIX_SIZE
 from .recovery import StoreRecovery
 from .state import (
+    DEFAULT_TAG,
     ENDED_AHEAD,
     ENDED_DEAD,
     ENDED_DELETED,
     LEASED,
-    NO_DELAYED,
     Lease,
     QueueState,
     TagState,
 )
-from .scope import in_scope, not_ended_between, topic_or_plain_in_scope
+from .scope import in_scope, not_ended_between
 from .store import Store
 
 from .validation import check_name
@@ -62,7 +63,6 @@ log = logging.getLogger("lamina.engine")
 SCHEMA_VERSION = 2
 #: Schema versions this engine migrates on open (docs/STORAGE.md "Schema versions").
 MIGRATES_FROM = (1,)
-DEFAULT_TAG = "default"
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
@@ -402,88 +402,6 @@ class EngineCore(StoreRecovery):
                 return PREFIX.unpack_from(value)[0]
         return -1
 
-    def _tag_floor(self, q: QueueState, t: TagState, dead_letters: bool = True) -> int:
-        """The lowest seq not Ended for ``t`` among those its cursors passed or did not reach,
-        its leases and the messages waiting behind an Inflight head of their topic
-        (``topic_from``: the first of them is not Ended); with ``dead_letters``, also its
-        dead letters whose DLQ copy is still alive (they hold ``gone_seq``: a redrive needs
-        the original)."""
-        floor = q.next_seq
-        cursors, tails = t.cursors, q.lane_tail
-        for lane in q.lanes_used:
-            cursor = cursors[lane]
-            if cursor <= tails[lane] and cursor < floor:
-                floor = cursor
-        heap, leases = t.lease_heap, t.leases
-        while heap:
-            lease = leases.get(heap[0])
-            if lease is not None and lease.state == LEASED:
-                floor = min(floor, heap[0])
-                break
-            heapq.heappop(heap)
-        if t.topic_from:  # rewound or redriven messages waiting behind an Inflight head
-            floor = min(floor, min(t.topic_from.values()))
-        heap = t.dead_heap
-        while heap and dead_letters:
-            lease = leases.get(heap[0])
-            if lease is not None and lease.state == ENDED_DEAD and self._copy_alive(lease):
-                floor = min(floor, heap[0])
-                break
-            heapq.heappop(heap)
-        return floor
-
-    def _copy_alive(self, lease: Lease) -> bool:
-        """Whether the DLQ copy named by an ENDED_DEAD lease is not yet Ended for the DLQ's
-        default tag (copies have no delay and no topic: a passed one without a row ended)
-        nor expired: older than the DLQ's retention at the engine's now, even if no operation
-        on the DLQ has applied that yet."""
-        dlq = self._queues.get(lease.due_ms)
-        if dlq is None or lease.number < dlq.gone_seq:
-            return False
-        horizon = self._now - dlq.attributes["retention"] * 1000
-        if dlq.oldest_live_ms < horizon:  # else nothing retained in the DLQ can have expired
-            # Records from gone_seq up are never collected: None is a copy appended by this
-            # very operation (still in the pending batch), so it is new.
-            value = self._store.log.get(keys.log_key(dlq.id, lease.lane, lease.number))
-            if value is not None and PREFIX.unpack_from(value)[0] < horizon:
-                return False
-        default = dlq.tag_named(DEFAULT_TAG)
-        assert default is not None
-        copy = default.leases.get(lease.number)
-        if copy is not None:
-            return copy.state == LEASED
-        return lease.number >= default.cursors[lease.lane]
-
-    def _delayed_floor(self, q: QueueState) -> int:
-        """The lowest seq of a delayed message some tag still holds (``_holds_delayed``).
-
-        ``delayseq_from`` only moves up here, past entries no tag holds; a send of a delayed
-        message lowers it in memory (its row is not written yet), a new tag or a rewind
-        resets it."""
-        tags = list(q.tags.values())
-        if not tags:
-            return q.next_seq
-        position = min((t.delay_vt, t.delay_seq) for t in tags)
-        lower = keys.delayseq_key(q.id, max(q.delayseq_from, q.gone_seq))
-        for key, value in Store.items(self._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
-            seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if (visible, seq) > position and any(
-                    self._holds_delayed(q, t, seq, visible) for t in tags):
-                q.delayseq_from = seq
-                return seq
-        q.delayseq_from = NO_DELAYED  # until a delayed send, a new tag or a rewind lowers it
-        return q.next_seq
-
-    def _holds_delayed(self, q: QueueState, t: TagState, seq: int, visible: int) -> bool:
-        """Whether delayed message ``seq`` is not Ended for ``t`` and only the delay index
-        brings it: in the tag's scope, not yet taken (nor handled by a rewind), no row (a
-        LEASED row counts in the tag floor; an ENDED one, e.g. deleted by id, is Ended)."""
-        if seq in t.leases or t.delay_taken(visible, seq):
-            return False
-        if t.filter is None and t.start_ms <= 0 and seq >= t.start_seq:
-            return True
-        return topic_or_plain_in_scope(self._store, q, t, seq)
-
     def _settle(self, q: QueueState, now: int) -> None:
         """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``; for a DLQ,
         also its sources' (a dead letter whose copy ended counts as Ended at once)."""
@@ -493,11 +411,11 @@ class EngineCore(StoreRecovery):
             self._settle_sources(q, sources, now)
 
     def _settle_queue(self, q: QueueState, now: int) -> None:
-        floor = self._delayed_floor(q) if q.delayseq_from < q.next_seq else q.next_seq
+        floor = delayed_floor(self._store, q) if q.delayseq_from < q.next_seq else q.next_seq
         for t in q.tags.values():
-            tag_floor = self._tag_floor(q, t)
-            if tag_floor < floor:
-                floor = tag_floor
+            held_from = tag_floor(self._store, self._queues, self._now, q, t)
+            if held_from < floor:
+                floor = held_from
                 if floor <= q.gone_seq:
                     return
         bound = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)

@@ -22,6 +22,7 @@ import cbor2
 from . import keys
 from .core import EngineCore
 from .counters import DEAD
+from .floors import copy_alive
 from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
 from .peekstate import peek_state
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
@@ -248,7 +249,7 @@ class DeadLetterOps(EngineCore):
             for t in src.tags.values() if src is not None else ():
                 for seq, lease in t.leases.items():
                     if lease.state == ENDED_DEAD and lease.due_ms == dlq.id and \
-                            not self._copy_alive(lease):
+                            not copy_alive(self._store, self._queues, self._now, lease):
                         lease.due_ms = SEALED
                         store.put(store.leases_h, keys.lease_key(src.id, t.id, seq),
                                   lease.encode())

@@ -44,6 +44,7 @@ NO_DELAYED = 1 << 63  # QueueState.delayseq_from when no tag holds a delayed mes
 # dead-letter copy and names the tag it died under (so redrive never decodes other records).
 DEAD_MARK = 0x80000000
 DEFAULT_LANE = 8
+DEFAULT_TAG = "default"  # the tag every queue has, and receives use when they name none
 
 class Lease:
     """One tag's lease state for one message (a row of the ``leases`` family)."""

@@ -7,10 +7,9 @@ from typing import Any
 
 
 from . import keys
-from .core import DEFAULT_TAG
 from .errors import InvalidArgument, TagAlreadyExists, TooManyTags
 from .results import TagInfo
-from .state import QueueState, TagState
+from .state import DEFAULT_TAG, QueueState, TagState
 from .topics import TopicOps, check_filter
 from .validation import check_name, check_time_ms
 
