@@ -10,7 +10,6 @@ from . import keys
 from .floors import holds_delayed, tag_floor
 from .grants import PERMISSIONS
 from .peekstate import peek_state
-from .tagging import TagOps
 from .errors import (
     InvalidArgument,
     InvalidRedrivePolicy,
@@ -18,10 +17,11 @@ from .errors import (
     TooManyQueues,
 )
 from .records import PREFIX, PREFIX_SIZE
-from .results import QueueInfo, QueuePage
+from .results import QueueInfo, QueuePage, TagInfo
 from .scope import in_scope
 from .state import DEFAULT_TAG, LEASED, QueueState, TagState
 from .store import COLUMN_FAMILIES, Store
+from .tagging import TagOps
 from .validation import (
     check_int,
     check_queue_name,
@@ -235,7 +235,7 @@ class AdminOps(TagOps):
         rewind_from = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)
         stats: dict[str, Any] = {
             "messages": q.next_seq - q.gone_seq,
-            "bytes": sum(s.bytes for s in live),
+            "bytes": sum(s.size_bytes for s in live),
             "segments": len(live),
             "oldest": self._production_ms(q, q.gone_seq) if q.gone_seq < q.next_seq else None,
             "newest": q.last_time_ms if q.gone_seq < q.next_seq else None,
@@ -246,6 +246,16 @@ class AdminOps(TagOps):
         for t in sorted(q.tags.values(), key=lambda t: t.name.lower()):
             stats["tags"][t.name] = self._tag_stats(q, t, now)
         return stats
+
+    def list_tags(self, queue: str, *, caller: str | None = None) -> list[TagInfo]:
+        """Every tag of ``queue`` (ordered by lower-cased name) with its stats."""
+        with self._operation() as now:
+            self._grants.check(caller, "peek", queue)
+            q = self._queue(queue)
+            self._advance(q, now)
+            self._settle(q, now)
+            return [TagInfo(t.name, t.start_ms, t.filter, t.created, self._tag_stats(q, t, now))
+                    for t in sorted(q.tags.values(), key=lambda t: t.name.lower())]
 
     def _tag_stats(self, q: QueueState, t: TagState, now: int) -> dict[str, Any]:
         """Per-tag figures of DESIGN.md §8. ``inflight`` and ``delayed`` are exact; so are
@@ -260,11 +270,11 @@ class AdminOps(TagOps):
             if lease.state == LEASED and seq >= gone and lease.due_ms > now:
                 counts["inflight"] += 1
         lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
-        for key, lane in Store.items(store.delays, lower, keys.queue_bounds(q.id)[1]):
+        for key, lane_byte in Store.items(store.delays, lower, keys.queue_bounds(q.id)[1]):
             _, visible, seq = keys.delay_key_decode(key)
             if visible > now and seq >= gone and seq not in t.leases and not \
                     t.rewind_handled(visible, seq):
-                value = store.log.get(keys.log_key(q.id, lane[0], seq))
+                value = store.log.get(keys.log_key(q.id, lane_byte[0], seq))
                 if value is not None and in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                         value[PREFIX_SIZE:]):
                     counts["delayed"] += 1
@@ -336,10 +346,10 @@ class AdminOps(TagOps):
                 if value is not None:
                     tally(seq, value)
         lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
-        for key, lane in Store.items(store.delays, lower, keys.delay_key(q.id, now + 1, 0)):
+        for key, lane_byte in Store.items(store.delays, lower, keys.delay_key(q.id, now + 1, 0)):
             seq = keys.delay_key_decode(key)[2]
             if seq >= gone and seq not in t.leases:
-                value = store.log.get(keys.log_key(q.id, lane[0], seq))
+                value = store.log.get(keys.log_key(q.id, lane_byte[0], seq))
                 if value is not None and in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                         value[PREFIX_SIZE:]):
                     tally(seq, value)

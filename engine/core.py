@@ -20,7 +20,7 @@ import heapq
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import cbor2
 
@@ -161,7 +161,8 @@ class EngineCore(StoreRecovery):
 
     def _load_queue(self, queue_id: int, definition: dict[str, Any]) -> QueueState:
         store = self._store
-        q = read_queue(store, queue_id, definition, store.meta[keys.watermarks_key(queue_id)])
+        q = read_queue(store, queue_id, definition,
+                       cast(bytes, store.meta[keys.watermarks_key(queue_id)]))
         self._queues[queue_id] = q
         self._queue_names[q.name.lower()] = queue_id
         q.oldest_live_ms = self._oldest_live_ms(q)
@@ -174,7 +175,7 @@ class EngineCore(StoreRecovery):
     def _load_tag(self, q: QueueState, tag_id: int, definition: dict[str, Any]) -> TagState:
         store = self._store
         t, waited_on = TagState.from_definition(tag_id, definition)
-        t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
+        t.decode_cursors(cast(bytes, store.tags[keys.tag_key(q.id, tag_id)]))
         for seq, lease in lease_rows(store, q.id, tag_id):
             if lease.state == ENDED_DELETED:
                 continue  # on disk only, for peek
@@ -199,8 +200,8 @@ class EngineCore(StoreRecovery):
         for topic_id in list(t.parked_topics):
             self._relock_parked(q, t, topic_id)
         for topic_id, head in waited_on.items():
-            lease = t.leases.get(head)
-            if lease is not None and lease.state == LEASED:
+            head_lease = t.leases.get(head)
+            if head_lease is not None and head_lease.state == LEASED:
                 t.lock(topic_id, head)  # rewound messages of its topic wait behind it
         for topic_id in t.topic_from:
             self._watch_lapse(q, t, topic_id)
@@ -583,7 +584,7 @@ class EngineCore(StoreRecovery):
             due, queue_id, tag_id, seq = heapq.heappop(heap)
             q = self._queues.get(queue_id)
             t = q.tags.get(tag_id) if q is not None else None
-            if t is None:
+            if q is None or t is None:
                 continue
             lease, topic_id = t.leases.get(seq), t.heads.get(seq)
             if (lease is not None and lease.state == LEASED and lease.due_ms == due

@@ -20,9 +20,9 @@ from typing import Any, Generator, Sequence
 import cbor2
 
 from . import keys
-from .core import EngineCore
 from .counters import DEAD
 from .floors import copy_alive
+from .messaging import MessagingOps
 from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
 from .peekstate import peek_state
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
@@ -39,7 +39,7 @@ SEALED = 0
 REDRIVE_CHUNK = 512  # tens of ms; smaller chunks cost more per message (per-operation work)
 
 
-class DeadLetterOps(EngineCore):
+class DeadLetterOps(MessagingOps):
     """Needs ``_append``, ``_tag_operation`` and ``_by_receipt`` (messaging), ``_check``
     (grants) and ``_notify`` from the engine."""
 
@@ -131,7 +131,7 @@ class DeadLetterOps(EngineCore):
             try:
                 next(steps)
             except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+                return done.value
 
     def redrive_steps(self, queue: str, source: str | None = None, since: int | None = None,
                       until: int | None = None, max: int = 1000, dry_run: bool = False, *,
@@ -246,7 +246,9 @@ class DeadLetterOps(EngineCore):
         store = self._store
         for source_id in list(self._dead_sources.get(dlq.id, ())):
             src = self._queues.get(source_id)
-            for t in src.tags.values() if src is not None else ():
+            if src is None:
+                continue
+            for t in src.tags.values():
                 for seq, lease in t.leases.items():
                     if lease.state == ENDED_DEAD and lease.due_ms == dlq.id and \
                             not copy_alive(self._store, self._queues, self._now, lease):

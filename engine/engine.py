@@ -22,15 +22,13 @@ from typing import Any
 from .admin import AdminOps
 from .clock import Clock
 from .core import SEGMENT_MAX_AGE_MS, SEGMENT_MAX_BYTES, SEGMENT_MAX_MESSAGES
-from .deadletter import DeadLetterOps
 from .extras import ExtrasOps
 from .inspection import InspectionOps
-from .messaging import MessagingOps
 from .results import Grant
 from .rewind import RewindOps
 
 
-class Engine(AdminOps, MessagingOps, DeadLetterOps, InspectionOps, RewindOps, ExtrasOps):
+class Engine(AdminOps, InspectionOps, RewindOps, ExtrasOps):
     # AdminOps brings TagOps; every mixin shares EngineCore (core.py), which owns the
     # components: counters, deadlines, grants.
     """A Lamina data directory, open for reading and writing by one process."""

@@ -81,7 +81,7 @@ class ExtrasOps(EngineCore):
     _dedup_sends: int
 
     def _load(self) -> None:
-        super()._load()  # type: ignore[misc]
+        super()._load()
         self._extras = {}
         self._dedup = {}
         self._dedup_sends = 0
@@ -189,7 +189,7 @@ class ExtrasOps(EngineCore):
                 elif key not in first_of:
                     first_of[key] = index
                     fresh.append(index)
-            self._advance(q, now)  # type: ignore[attr-defined]
+            self._advance(q, now)
             self._settle(q, now)
             appended = (self._append(q, [messages[i] for i in fresh], now)  # type: ignore
                         if fresh else [])

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import keys
-from .core import EngineCore
 from .counters import DELETED
+from .deadletter import DeadLetterOps
 from .errors import InvalidArgument, LaminaError, MessageNotFound
 from .lessor import Lessor
 from .peekstate import peek_state
@@ -31,7 +31,7 @@ from .state import QueueState, TagState
 from .store import Store
 from .validation import check_batch, check_int, check_time_ms
 
-class InspectionOps(EngineCore):
+class InspectionOps(DeadLetterOps):
     """peek and delete_by_id; the default peek asks a dry ``Lessor`` (lessor.py)."""
 
     def _lookup_id(self, q: QueueState, t: TagState, message_id: object,

@@ -36,7 +36,7 @@ class Lessor:
         self.count = count
         self.room = max_bytes
         self.budget = EXAMINE_LIMIT
-        self.out: list[Delivery] = []
+        self.out: list[Delivery | Peeked] = []
         self.tag_moved = False
         self.issue = engine._receipts.issue
         self._due_watched = False  # watch_lease_due ran for this receive's due time
@@ -165,7 +165,7 @@ class Lessor:
                 return
             self.budget -= 1
             if delay is None or (timer is not None and timer <= delay):
-                due, seq = timer
+                due, seq = timer  # type: ignore[misc]  # not None here
                 timers.next()  # type: ignore[union-attr]
                 lease = t.leases.get(seq)
                 if lease is None or lease.state != LEASED or lease.due_ms != due:

@@ -244,7 +244,7 @@ class MessagingOps(TopicOps):
                 written += 2
             elif lane not in first_ready:
                 first_ready[lane] = seq
-            if (segment is None or segment.count >= max_count or segment.bytes >= max_bytes
+            if (segment is None or segment.count >= max_count or segment.size_bytes >= max_bytes
                     or now >= segment_end_ms):
                 if segment is not None:
                     batch_put(keys.segment_key(qid, segment.first_seq), segment.encode(),
@@ -256,7 +256,7 @@ class MessagingOps(TopicOps):
             segment.last_seq = seq
             segment.last_ms = now
             segment.count += 1
-            segment.bytes += len(record)
+            segment.size_bytes += len(record)
             bytes_in += len(body)
             append(Sent(msg_id, now, md5))
         store.pending += written
@@ -364,7 +364,7 @@ class MessagingOps(TopicOps):
 
     def _segment_full(self, segment: Segment, now: int) -> bool:
         return (segment.count >= self.segment_max_messages
-                or segment.bytes >= self.segment_max_bytes
+                or segment.size_bytes >= self.segment_max_bytes
                 or now - segment.first_ms >= self.segment_max_age_ms)
 
     # -- receive -----------------------------------------------------------------------------

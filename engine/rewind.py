@@ -18,16 +18,16 @@ from __future__ import annotations
 
 
 from . import keys
+from .deadletter import DeadLetterOps
 from .errors import RewindDisabled, RewindOutOfRange
 from .results import Rewound
 from .state import LEASED, QueueState, TagState
-from .topics import TopicOps
 from .validation import check_time_ms
 
 NO_SEQ = 1 << 63  # above every seq: a delay position before every entry of the next ms
 
 
-class RewindOps(TopicOps):
+class RewindOps(DeadLetterOps):
     """Needs ``_check`` from the engine."""
 
     def rewind(self, queue: str, time: int, tag: str | None = None, *,

@@ -141,9 +141,9 @@ def not_ended_between(store: Store, q: QueueState, t: TagState, low: int, high: 
         for key in Store.keys(store.topics, lower, keys.topic_key(q.id, topic, high)):
             seq = keys.topic_key_decode(key)[2]
             if seq not in t.leases and seq < t.cursors[DEFAULT_LANE]:
-                value = store.log.get(keys.log_key(q.id, DEFAULT_LANE, seq))
-                count += value is not None and unpack(value)[0] == unpack(value)[1] and \
-                    in_scope(t, seq, unpack(value)[0], value[PREFIX_SIZE:])
+                stored = store.log.get(keys.log_key(q.id, DEFAULT_LANE, seq))
+                count += stored is not None and unpack(stored)[0] == unpack(stored)[1] and \
+                    in_scope(t, seq, unpack(stored)[0], stored[PREFIX_SIZE:])
     return count
 
 

@@ -81,10 +81,10 @@ class Segment:
     first_ms: int
     last_ms: int
     count: int
-    bytes: int
+    size_bytes: int
 
     def encode(self) -> bytes:
-        return _SEGMENT.pack(self.last_seq, self.first_ms, self.last_ms, self.count, self.bytes)
+        return _SEGMENT.pack(self.last_seq, self.first_ms, self.last_ms, self.count, self.size_bytes)
 
     @classmethod
     def decode(cls, first_seq: int, value: bytes) -> Segment:

@@ -84,13 +84,3 @@ class TagOps(TopicOps):
             self._counters.forget(q.id, t.id)
             self._advance(q, now)
             self._settle(q, now)
-
-    def list_tags(self, queue: str, *, caller: str | None = None) -> list[TagInfo]:
-        """Every tag of ``queue`` (ordered by lower-cased name) with its stats."""
-        with self._operation() as now:
-            self._grants.check(caller, "peek", queue)
-            q = self._queue(queue)
-            self._advance(q, now)
-            self._settle(q, now)
-            return [TagInfo(t.name, t.start_ms, t.filter, t.created, self._tag_stats(q, t, now))
-                    for t in sorted(q.tags.values(), key=lambda t: t.name.lower())]

@@ -205,7 +205,7 @@ class TopicOps(EngineCore):
         the head's lease deadline checked (``EngineCore._apply_due_lapses``)."""
         head = t.locked.get(topic_id)
         lease = t.leases.get(head) if head is not None else None
-        if lease is not None and lease.state == LEASED:
+        if head is not None and lease is not None and lease.state == LEASED:
             self._deadlines.watch_lapse(q, t, head, lease.due_ms)
 
     def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,

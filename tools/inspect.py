@@ -203,7 +203,7 @@ def _queues(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
             "queue": q.name, "id": q.id, "messages": q.next_seq - q.gone_seq,
             "next_seq": q.next_seq, "gone_seq": q.gone_seq, "expired_seq": q.expired_seq,
             "purge_seq": q.purge_seq, "segments": len(q.segments),
-            "bytes": sum(s.bytes for s in live),
+            "bytes": sum(s.size_bytes for s in live),
             "oldest": q.segments[0].first_ms if q.segments else None,
             "newest": q.segments[-1].last_ms if q.segments else None,
             "lanes": q.lanes_used, "tags": sorted(t.name for t in q.tags.values()),
@@ -227,7 +227,7 @@ def _segments(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
     for s in q.segments:
         rows.append({
             "first_seq": s.first_seq, "last_seq": s.last_seq, "count": s.count,
-            "bytes": s.bytes, "first_ms": s.first_ms, "last_ms": s.last_ms,
+            "bytes": s.size_bytes, "first_ms": s.first_ms, "last_ms": s.last_ms,
             "retained": max(0, s.last_seq + 1 - max(s.first_seq, q.gone_seq)),
         })
     if not args.json:
