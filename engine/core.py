@@ -76,8 +76,9 @@ class EngineCore(StoreRecovery):
     """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
 
-    ``_topic_head_ended`` and ``_in_scope`` come from ``TopicOps`` (topics.py), which every
-    concrete engine mixes in."""
+    It owns the components every operation shares (``Counters``, ``Deadlines``, ``Grants``).
+    The topic hand-overs (``TopicOps``, topics.py) and dead-letter moves (``DeadLetterOps``,
+    deadletter.py) it calls are declared below: every concrete engine mixes them in."""
 
     if TYPE_CHECKING:
         def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
@@ -89,11 +90,6 @@ class EngineCore(StoreRecovery):
                                at: int) -> None: ...
         def _apply_expiries(self, q: QueueState, now: int) -> None: ...
         def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None: ...
-        @staticmethod
-        def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
-        @staticmethod
-        def _ended_in_turn(t: TagState, topic_id: int, seq: int, enqueue_ms: int,
-                           visible_ms: int) -> bool: ...
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
