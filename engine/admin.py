@@ -7,9 +7,9 @@ from typing import Any, Mapping
 import cbor2
 
 from . import keys
-from .core import DEFAULT_TAG
-from .grants import PERMISSIONS, GrantOps
-from .tagging import TagOps
+from .floors import holds_delayed, tag_floor
+from .grants import PERMISSIONS
+from .peekstate import peek_state
 from .errors import (
     InvalidArgument,
     InvalidRedrivePolicy,
@@ -17,9 +17,11 @@ from .errors import (
     TooManyQueues,
 )
 from .records import PREFIX, PREFIX_SIZE
-from .results import QueueInfo, QueuePage
-from .state import LEASED, QueueState, TagState
+from .results import QueueInfo, QueuePage, TagInfo
+from .scope import in_scope
+from .state import DEFAULT_TAG, LEASED, QueueState, TagState
 from .store import COLUMN_FAMILIES, Store
+from .tagging import TagOps
 from .validation import (
     check_int,
     check_queue_name,
@@ -30,7 +32,7 @@ from .validation import (
 MAX_LIST_LIMIT = 1000
 
 
-class AdminOps(GrantOps, TagOps):
+class AdminOps(TagOps):
     """Operations on queues as a whole."""
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
@@ -38,7 +40,7 @@ class AdminOps(GrantOps, TagOps):
         """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
         with self._operation() as now:
             check_queue_name(queue)
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             return self._create_queue(queue, attributes, caller, now)
 
     def _create_queue(self, queue: str, attributes: Mapping[str, Any] | None,
@@ -65,7 +67,7 @@ class AdminOps(GrantOps, TagOps):
         self._queue_names[queue.lower()] = queue_id
         self._add_tag(q, DEFAULT_TAG, 0, 0, None, now)
         if caller is not None:  # the creator gets all five permissions on its queue
-            self._store_grant(caller, queue.lower(), PERMISSIONS)
+            self._grants.store_grant(caller, queue.lower(), PERMISSIONS)
         return QueueInfo(queue, dict(resolved), now)
 
     def copy_queue(self, queue: str, source: str, *, caller: str | None = None) -> QueueInfo:
@@ -73,8 +75,8 @@ class AdminOps(GrantOps, TagOps):
         starting now): no messages, no grants."""
         with self._operation() as now:
             check_queue_name(queue)
-            self._check(caller, "manage", queue)
-            self._check(caller, "peek", source, "source")
+            self._grants.check(caller, "manage", queue)
+            self._grants.check(caller, "peek", source, "source")
             src = self._queue(source, "source")
             if queue.lower() in self._queue_names:
                 raise QueueAlreadyExists(f"queue: {queue!r} exists", field="queue")
@@ -91,7 +93,7 @@ class AdminOps(GrantOps, TagOps):
         dead-letter queue for the caller)."""
         if redrive is None:
             return
-        self._check(caller, "send", redrive["dlq"], "attributes.redrive.dlq")
+        self._grants.check(caller, "send", redrive["dlq"], "attributes.redrive.dlq")
         dlq_id = self._queue_names.get(redrive["dlq"].lower())
         if dlq_id is None:
             raise InvalidRedrivePolicy(f"attributes.redrive.dlq: no queue named "
@@ -113,7 +115,7 @@ class AdminOps(GrantOps, TagOps):
     def delete_queue(self, queue: str, *, caller: str | None = None) -> None:
         """Remove a queue, its tags and all its data; policies naming it as DLQ are removed."""
         with self._operation():
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             store = self._store
             lower, upper = keys.queue_bounds(q.id)
@@ -128,8 +130,8 @@ class AdminOps(GrantOps, TagOps):
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id))
             del self._queues[q.id]
             del self._queue_names[q.name.lower()]
-            self._drop_grants_on(q.name)
-            self._forget_counters(q.id)
+            self._grants.drop_on(q.name)
+            self._counters.forget(q.id)
             if self._topic_ids:
                 for cached in [k for k in self._topic_ids if k[0] == q.id]:
                     del self._topic_ids[cached]
@@ -160,7 +162,7 @@ class AdminOps(GrantOps, TagOps):
                 if not name_key.startswith(prefix_key):
                     break
                 name = self._queues[keys.read_u32(value)].name
-                if not self._may(caller, "peek", name):
+                if not self._grants.may(caller, "peek", name):
                     continue
                 if len(names) == limit:
                     more = True
@@ -171,7 +173,7 @@ class AdminOps(GrantOps, TagOps):
     def get_queue(self, queue: str, *, caller: str | None = None) -> QueueInfo:
         """Attributes, creation time and the stats of DESIGN.md §8."""
         with self._operation() as now:
-            self._check(caller, "peek", queue)
+            self._grants.check(caller, "peek", queue)
             q = self._queue(queue)
             self._advance(q, now)
             self._settle(q, now)
@@ -181,7 +183,7 @@ class AdminOps(GrantOps, TagOps):
                              caller: str | None = None) -> dict[str, Any]:
         """Change the given attributes (all rules hold afterwards, else nothing changes)."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             if not isinstance(attributes, Mapping):
                 raise InvalidArgument("attributes", "must be a map")
@@ -194,7 +196,7 @@ class AdminOps(GrantOps, TagOps):
             store = self._store
             store.put(store.meta_h, keys.queue_def_key(q.id), cbor2.dumps(q.definition()))
             q.oldest_live_ms = self._oldest_live_ms(q)
-            self._schedule_expiry_check(q, 0)
+            self._deadlines.schedule_expiry_check(q, 0)
             self._advance(q, now)
             self._settle(q, now)
             return dict(merged)
@@ -202,7 +204,7 @@ class AdminOps(GrantOps, TagOps):
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
         """Every message produced so far is gone for every tag; -> how many were retained."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             self._advance(q, now)
             self._settle(q, now)
@@ -220,20 +222,20 @@ class AdminOps(GrantOps, TagOps):
         """Daily counters, newest first (days without activity omitted); without ``tag`` the
         queue's totals (sent counted once, the rest summed over tags)."""
         with self._operation() as now:
-            self._check(caller, "peek", queue)
+            self._grants.check(caller, "peek", queue)
             q = self._queue(queue)
             t = self._tag(q, tag) if tag is not None else None
             count = check_int(days, "days", 1, 31)
             self._advance(q, now)
             self._settle(q, now)
-            return self._stats_days(q.id, t.id if t is not None else None, count)
+            return self._counters.days(q.id, t.id if t is not None else None, count)
 
     def _stats(self, q: QueueState, now: int) -> dict[str, Any]:
         live = [s for s in q.segments if s.last_seq >= q.gone_seq]
         rewind_from = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)
         stats: dict[str, Any] = {
             "messages": q.next_seq - q.gone_seq,
-            "bytes": sum(s.bytes for s in live),
+            "bytes": sum(s.size_bytes for s in live),
             "segments": len(live),
             "oldest": self._production_ms(q, q.gone_seq) if q.gone_seq < q.next_seq else None,
             "newest": q.last_time_ms if q.gone_seq < q.next_seq else None,
@@ -245,6 +247,16 @@ class AdminOps(GrantOps, TagOps):
             stats["tags"][t.name] = self._tag_stats(q, t, now)
         return stats
 
+    def list_tags(self, queue: str, *, caller: str | None = None) -> list[TagInfo]:
+        """Every tag of ``queue`` (ordered by lower-cased name) with its stats."""
+        with self._operation() as now:
+            self._grants.check(caller, "peek", queue)
+            q = self._queue(queue)
+            self._advance(q, now)
+            self._settle(q, now)
+            return [TagInfo(t.name, t.start_ms, t.filter, t.created, self._tag_stats(q, t, now))
+                    for t in sorted(q.tags.values(), key=lambda t: t.name.lower())]
+
     def _tag_stats(self, q: QueueState, t: TagState, now: int) -> dict[str, Any]:
         """Per-tag figures of DESIGN.md §8. ``inflight`` and ``delayed`` are exact; so are
         ``active`` and ``parked`` for unfiltered tags: counted without walking the backlog on
@@ -255,15 +267,15 @@ class AdminOps(GrantOps, TagOps):
         gone = q.gone_seq
         counts = {"active": 0, "inflight": 0, "delayed": 0, "parked": 0}
         for seq, lease in t.leases.items():
-            if lease.state == LEASED and seq >= gone and lease.due > now:
+            if lease.state == LEASED and seq >= gone and lease.due_ms > now:
                 counts["inflight"] += 1
         lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
-        for key, lane in Store.items(store.delays, lower, keys.queue_bounds(q.id)[1]):
+        for key, lane_byte in Store.items(store.delays, lower, keys.queue_bounds(q.id)[1]):
             _, visible, seq = keys.delay_key_decode(key)
             if visible > now and seq >= gone and seq not in t.leases and not \
                     t.rewind_handled(visible, seq):
-                value = store.log.get(keys.log_key(q.id, lane[0], seq))
-                if value is not None and self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                value = store.log.get(keys.log_key(q.id, lane_byte[0], seq))
+                if value is not None and in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                         value[PREFIX_SIZE:]):
                     counts["delayed"] += 1
         cached = t.stats_cache
@@ -273,7 +285,7 @@ class AdminOps(GrantOps, TagOps):
             self._count_active(q, t, now, counts)
             if t.filter is not None:
                 t.stats_cache = (now, counts["active"], counts["parked"])
-        floor = max(min(self._tag_floor(q, t, dead_letters=False),
+        floor = max(min(tag_floor(self._store, self._queues, self._now, q, t, dead_letters=False),
                         self._tag_delayed_floor(q, t)), gone)
         return {
             **counts,
@@ -287,7 +299,7 @@ class AdminOps(GrantOps, TagOps):
         lower = keys.delayseq_key(q.id, max(q.gone_seq, t.start_seq))
         for key, value in Store.items(self._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
             seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if self._holds_delayed(q, t, seq, visible):
+            if holds_delayed(self._store, q, t, seq, visible):
                 return seq
         return q.next_seq
 
@@ -323,22 +335,22 @@ class AdminOps(GrantOps, TagOps):
         seen: set[int] = set()
 
         def tally(seq: int, value: bytes) -> None:
-            state = self._peek_state(q, t, seq, value, now)[0]
+            state = peek_state(self._store, q, t, seq, value, now)[0]
             if state in ("active", "parked"):
                 counts[state] += 1
                 seen.add(seq)
 
         for seq, lease in list(t.leases.items()):
-            if lease.state == LEASED and seq >= gone and lease.due <= now:
+            if lease.state == LEASED and seq >= gone and lease.due_ms <= now:
                 value = store.log.get(keys.log_key(q.id, lease.lane, seq))
                 if value is not None:
                     tally(seq, value)
         lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
-        for key, lane in Store.items(store.delays, lower, keys.delay_key(q.id, now + 1, 0)):
+        for key, lane_byte in Store.items(store.delays, lower, keys.delay_key(q.id, now + 1, 0)):
             seq = keys.delay_key_decode(key)[2]
             if seq >= gone and seq not in t.leases:
-                value = store.log.get(keys.log_key(q.id, lane[0], seq))
-                if value is not None and self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+                value = store.log.get(keys.log_key(q.id, lane_byte[0], seq))
+                if value is not None and in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                         value[PREFIX_SIZE:]):
                     tally(seq, value)
         unpack = PREFIX.unpack_from
@@ -353,7 +365,7 @@ class AdminOps(GrantOps, TagOps):
                 enqueue_ms, visible_ms, _, _ = unpack(value)
                 seq = keys.log_seq(key)
                 if visible_ms == enqueue_ms and seq not in t.leases and \
-                        self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
+                        in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
                     tally(seq, value)
         for topic, head in list(t.locked.items()):  # successors passed while parked,
             # and rewound messages passed while they wait behind an Inflight head
@@ -363,6 +375,6 @@ class AdminOps(GrantOps, TagOps):
                 if seq in seen or seq in t.leases:
                     continue
                 value = store.log.get(keys.log_key(q.id, 8, seq))
-                if value is not None and self._in_scope(t, seq, unpack(value)[0],
+                if value is not None and in_scope(t, seq, unpack(value)[0],
                                                         value[PREFIX_SIZE:]):
                     tally(seq, value)

@@ -20,12 +20,14 @@ import heapq
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import cbor2
 
 from . import keys
 from .clock import Clock, EngineClock, wall_clock_ms
+from .counters import EXPIRED, Counters
+from .deadlines import Deadlines
 from .errors import (
     InternalError,
     InvalidArgument,
@@ -34,26 +36,26 @@ from .errors import (
     TagNotFound,
     Unavailable,
 )
+from .floors import delayed_floor, tag_floor
+from .grants import Grants
+from .loading import headed_topic, lease_rows, read_queue, tag_definitions
 from .receipts import ReceiptCodec, load_or_create_key
+from .reclaim import collect
 from .records import PREFIX, PREFIX_SIZE
 from .recovery import StoreRecovery
 from .state import (
-    DEAD_MARK,
-    DEFAULT_LANE,
+    DEFAULT_TAG,
     ENDED_AHEAD,
     ENDED_DEAD,
     ENDED_DELETED,
-    LANE_RANGE,
     LEASED,
-    NO_DELAYED,
     Lease,
     QueueState,
-    Segment,
     TagState,
 )
+from .scope import in_scope, not_ended_between
 from .store import Store
 
-EXPIRED = 4  # counters.FIELDS index (counters.py imports this module)
 from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
@@ -61,7 +63,6 @@ log = logging.getLogger("lamina.engine")
 SCHEMA_VERSION = 2
 #: Schema versions this engine migrates on open (docs/STORAGE.md "Schema versions").
 MIGRATES_FROM = (1,)
-DEFAULT_TAG = "default"
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
@@ -75,8 +76,9 @@ class EngineCore(StoreRecovery):
     """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
 
-    ``_topic_head_ended`` and ``_in_scope`` come from ``TopicOps`` (topics.py), which every
-    concrete engine mixes in."""
+    It owns the components every operation shares (``Counters``, ``Deadlines``, ``Grants``).
+    The topic hand-overs (``TopicOps``, topics.py) and dead-letter moves (``DeadLetterOps``,
+    deadletter.py) it calls are declared below: every concrete engine mixes them in."""
 
     if TYPE_CHECKING:
         def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
@@ -88,13 +90,6 @@ class EngineCore(StoreRecovery):
                                at: int) -> None: ...
         def _apply_expiries(self, q: QueueState, now: int) -> None: ...
         def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None: ...
-        @staticmethod
-        def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool: ...
-        @staticmethod
-        def _ended_in_turn(t: TagState, topic_id: int, seq: int, enqueue_ms: int,
-                           visible_ms: int) -> bool: ...
-        def _count(self, queue: int, tag: int, field: int, amount: int = 1) -> None: ...
-        def _write_counters(self) -> None: ...
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
@@ -119,6 +114,9 @@ class EngineCore(StoreRecovery):
         self._unsynced = False
         self._closed = False
         self._persisted_clock = -1
+        self._counters = Counters(self)
+        self._deadlines = Deadlines()
+        self._grants = Grants(self)
         self._init_recovery()
         self._load()
 
@@ -147,17 +145,10 @@ class EngineCore(StoreRecovery):
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
         self._queues: dict[int, QueueState] = {}
         self._queue_names: dict[str, int] = {}
-        self._grant_cache = None  # caches of meta rows, filled on first use
+        self._grants.reset()
         self._topic_ids = None
-        self._counter_cache = None
-        self._dirty_counters: set[tuple[int, int, int]] = set()
-        self._wake_heap: list[tuple[int, int, int]] = []  # (due_ms, queue, tag or 0 = all)
-        # (due_ms, queue): the earliest lease deadline of each queue with a redrive policy,
-        # so that every operation applies dead-letter moves due anywhere first.
-        self._expiry_heap: list[tuple[int, int]] = []
-        # (due_ms, queue, tag, seq): leases of topic heads that rewound (or redriven) messages
-        # of their topic wait behind; when one runs out, those go first (topics.py).
-        self._lapse_heap: list[tuple[int, int, int, int]] = []
+        self._counters.reset()
+        self._deadlines.clear()
         # DLQ id -> ids of queues that may hold dead letters with a copy there (no entry is
         # ever wrong to have: stale ones are dropped when met).
         self._dead_sources: dict[int, set[int]] = {}
@@ -166,54 +157,36 @@ class EngineCore(StoreRecovery):
 
     def _load_queue(self, queue_id: int, definition: dict[str, Any]) -> QueueState:
         store = self._store
-        q = QueueState(queue_id, definition["name"], definition["attributes"],
-                       definition["created"])
-        q.decode_watermarks(store.meta[keys.watermarks_key(queue_id)])
+        q = read_queue(store, queue_id, definition,
+                       cast(bytes, store.meta[keys.watermarks_key(queue_id)]))
         self._queues[queue_id] = q
         self._queue_names[q.name.lower()] = queue_id
-        for lane in LANE_RANGE:
-            lower, upper = keys.log_lane_bounds(queue_id, lane)
-            it = Store.scan(store.log, lower, upper, last=True)
-            if it.valid():
-                q.lane_tail[lane] = keys.log_seq(it.key())
-                q.lanes_used.append(lane)
         q.oldest_live_ms = self._oldest_live_ms(q)
-        lower, upper = keys.queue_bounds(queue_id)
-        for key, value in Store.items(store.segments, lower, upper):
-            q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
-        if q.segments:
-            q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
-        tag_lower, tag_upper = keys.tag_def_bounds(queue_id)
-        for key, value in Store.items(store.meta, tag_lower, tag_upper):
-            self._load_tag(q, keys.tag_def_ids(key)[1], cbor2.loads(value))
-        self._schedule_delay_wake(q, self._clock.last_ms)
-        self._schedule_expiry_check(q, 0)
+        for tag_id, tag_definition in tag_definitions(store, queue_id):
+            self._load_tag(q, tag_id, tag_definition)
+        self._deadlines.schedule_delay_wake(self._store, q, self._clock.last_ms)
+        self._deadlines.schedule_expiry_check(q, 0)
         return q
 
     def _load_tag(self, q: QueueState, tag_id: int, definition: dict[str, Any]) -> TagState:
         store = self._store
         t, waited_on = TagState.from_definition(tag_id, definition)
-        t.decode_cursors(store.tags[keys.tag_key(q.id, tag_id)])
-        lower, upper = keys.tag_scope_bounds(q.id, tag_id)
-        for key, value in Store.items(store.leases, lower, upper):
-            lease = Lease.decode(value)
+        t.decode_cursors(cast(bytes, store.tags[keys.tag_key(q.id, tag_id)]))
+        for seq, lease in lease_rows(store, q.id, tag_id):
             if lease.state == ENDED_DELETED:
                 continue  # on disk only, for peek
-            seq = keys.lease_key_decode(key)[2]
             t.leases[seq] = lease
             t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
             if lease.state == ENDED_DEAD:
                 t.dead_heap.append(seq)
-                self._dead_sources.setdefault(lease.due, set()).add(q.id)
+                self._dead_sources.setdefault(lease.due_ms, set()).add(q.id)
             if lease.state == LEASED:
                 t.lease_heap.append(seq)
-                t.due_index.add(lease.due, seq)
-                self._register_wake(q, t, lease.due)
-                if lease.lane == DEFAULT_LANE:  # a topic head? (the lowest leased one is)
-                    stored = store.log.get(keys.log_key(q.id, lease.lane, seq))
-                    topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
-                    if 0 < topic_id < DEAD_MARK and topic_id not in t.locked:
-                        t.lock(topic_id, seq)
+                t.due_index.add(lease.due_ms, seq)
+                self._deadlines.register_wake(q, t, lease.due_ms)
+                topic_id = headed_topic(store, q, t, seq, lease)
+                if topic_id:
+                    t.lock(topic_id, seq)
         q.tags[tag_id] = t
         q.tag_names[t.name.lower()] = tag_id
         for lane in q.lanes_used:
@@ -223,8 +196,8 @@ class EngineCore(StoreRecovery):
         for topic_id in list(t.parked_topics):
             self._relock_parked(q, t, topic_id)
         for topic_id, head in waited_on.items():
-            lease = t.leases.get(head)
-            if lease is not None and lease.state == LEASED:
+            head_lease = t.leases.get(head)
+            if head_lease is not None and head_lease.state == LEASED:
                 t.lock(topic_id, head)  # rewound messages of its topic wait behind it
         for topic_id in t.topic_from:
             self._watch_lapse(q, t, topic_id)
@@ -242,13 +215,14 @@ class EngineCore(StoreRecovery):
         if self._broken is not None:  # a write failed: reopen the store first (recovery.py)
             self._ensure_store()
         now = self._now = self._clock.now()
+        deadlines = self._deadlines
         try:
-            if self._expiry_heap and self._expiry_heap[0][0] <= now:
+            if deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now:
                 # Dead-letter moves due anywhere come first, written as their own batch so
                 # that the operation reads them.
                 self._apply_due_expiries(now)
                 self._write_pending()
-            if self._lapse_heap and self._lapse_heap[0][0] <= now:
+            if deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now:
                 self._apply_due_lapses(now)  # likewise: topic heads whose lease ran out
                 self._write_pending()
             try:
@@ -290,8 +264,8 @@ class EngineCore(StoreRecovery):
         changed is rebuilt from the store, which never saw it (recovery.py), and
         ``_WriteFailed`` is raised."""
         store = self._store
-        if self._dirty_counters:
-            self._write_counters()
+        if self._counters.dirty:
+            self._counters.write()
         if not store.pending:
             return
         now = self._clock.last_ms
@@ -307,7 +281,8 @@ class EngineCore(StoreRecovery):
 
     @property
     def needs_sync(self) -> bool:
-        """Whether something written is not yet synced by :meth:`sync_wal`."""
+        """Whether batches were written since the last ``sync_wal`` (a server with ``fsync``
+        syncs before acknowledging them)."""
         return self._unsynced
 
     def sync_wal(self) -> None:
@@ -319,7 +294,6 @@ class EngineCore(StoreRecovery):
 
     def _recover(self) -> None:
         self._store.discard()
-        self._dirty_counters.clear()
         self._load()
 
     def close(self) -> None:
@@ -425,88 +399,6 @@ class EngineCore(StoreRecovery):
                 return PREFIX.unpack_from(value)[0]
         return -1
 
-    def _tag_floor(self, q: QueueState, t: TagState, dead_letters: bool = True) -> int:
-        """The lowest seq not Ended for ``t`` among those its cursors passed or did not reach,
-        its leases and the messages waiting behind an Inflight head of their topic
-        (``topic_from``: the first of them is not Ended); with ``dead_letters``, also its
-        dead letters whose DLQ copy is still alive (they hold ``gone_seq``: a redrive needs
-        the original)."""
-        floor = q.next_seq
-        cursors, tails = t.cursors, q.lane_tail
-        for lane in q.lanes_used:
-            cursor = cursors[lane]
-            if cursor <= tails[lane] and cursor < floor:
-                floor = cursor
-        heap, leases = t.lease_heap, t.leases
-        while heap:
-            lease = leases.get(heap[0])
-            if lease is not None and lease.state == LEASED:
-                floor = min(floor, heap[0])
-                break
-            heapq.heappop(heap)
-        if t.topic_from:  # rewound or redriven messages waiting behind an Inflight head
-            floor = min(floor, min(t.topic_from.values()))
-        heap = t.dead_heap
-        while heap and dead_letters:
-            lease = leases.get(heap[0])
-            if lease is not None and lease.state == ENDED_DEAD and self._copy_alive(lease):
-                floor = min(floor, heap[0])
-                break
-            heapq.heappop(heap)
-        return floor
-
-    def _copy_alive(self, lease: Lease) -> bool:
-        """Whether the DLQ copy named by an ENDED_DEAD lease is not yet Ended for the DLQ's
-        default tag (copies have no delay and no topic: a passed one without a row ended)
-        nor expired: older than the DLQ's retention at the engine's now, even if no operation
-        on the DLQ has applied that yet."""
-        dlq = self._queues.get(lease.due)
-        if dlq is None or lease.number < dlq.gone_seq:
-            return False
-        horizon = self._now - dlq.attributes["retention"] * 1000
-        if dlq.oldest_live_ms < horizon:  # else nothing retained in the DLQ can have expired
-            # Records from gone_seq up are never collected: None is a copy appended by this
-            # very operation (still in the pending batch), so it is new.
-            value = self._store.log.get(keys.log_key(dlq.id, lease.lane, lease.number))
-            if value is not None and PREFIX.unpack_from(value)[0] < horizon:
-                return False
-        default = dlq.tag_named(DEFAULT_TAG)
-        assert default is not None
-        copy = default.leases.get(lease.number)
-        if copy is not None:
-            return copy.state == LEASED
-        return lease.number >= default.cursors[lease.lane]
-
-    def _delayed_floor(self, q: QueueState) -> int:
-        """The lowest seq of a delayed message some tag still holds (``_holds_delayed``).
-
-        ``delayseq_from`` only moves up here, past entries no tag holds; a send of a delayed
-        message lowers it in memory (its row is not written yet), a new tag or a rewind
-        resets it."""
-        tags = list(q.tags.values())
-        if not tags:
-            return q.next_seq
-        position = min((t.delay_vt, t.delay_seq) for t in tags)
-        lower = keys.delayseq_key(q.id, max(q.delayseq_from, q.gone_seq))
-        for key, value in Store.items(self._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
-            seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if (visible, seq) > position and any(
-                    self._holds_delayed(q, t, seq, visible) for t in tags):
-                q.delayseq_from = seq
-                return seq
-        q.delayseq_from = NO_DELAYED  # until a delayed send, a new tag or a rewind lowers it
-        return q.next_seq
-
-    def _holds_delayed(self, q: QueueState, t: TagState, seq: int, visible: int) -> bool:
-        """Whether delayed message ``seq`` is not Ended for ``t`` and only the delay index
-        brings it: in the tag's scope, not yet taken (nor handled by a rewind), no row (a
-        LEASED row counts in the tag floor; an ENDED one, e.g. deleted by id, is Ended)."""
-        if seq in t.leases or t.delay_taken(visible, seq):
-            return False
-        if t.filter is None and t.start_ms <= 0 and seq >= t.start_seq:
-            return True
-        return self._topic_or_plain_in_scope(q, t, seq)
-
     def _settle(self, q: QueueState, now: int) -> None:
         """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``; for a DLQ,
         also its sources' (a dead letter whose copy ended counts as Ended at once)."""
@@ -516,11 +408,11 @@ class EngineCore(StoreRecovery):
             self._settle_sources(q, sources, now)
 
     def _settle_queue(self, q: QueueState, now: int) -> None:
-        floor = self._delayed_floor(q) if q.delayseq_from < q.next_seq else q.next_seq
+        floor = delayed_floor(self._store, q) if q.delayseq_from < q.next_seq else q.next_seq
         for t in q.tags.values():
-            tag_floor = self._tag_floor(q, t)
-            if tag_floor < floor:
-                floor = tag_floor
+            held_from = tag_floor(self._store, self._queues, self._now, q, t)
+            if held_from < floor:
+                floor = held_from
                 if floor <= q.gone_seq:
                     return
         bound = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)
@@ -534,9 +426,9 @@ class EngineCore(StoreRecovery):
         move cursors it overtook. With ``expiry``, count what expired while not Ended."""
         if expiry:
             for t in q.tags.values():
-                expired = self._not_ended_between(q, t, q.gone_seq, gone)
+                expired = not_ended_between(self._store, q, t, q.gone_seq, gone)
                 if expired:
-                    self._count(q.id, t.id, EXPIRED, expired)
+                    self._counters.count(q.id, t.id, EXPIRED, expired)
         q.gone_seq = gone
         store = self._store
         for t in q.tags.values():
@@ -548,7 +440,7 @@ class EngineCore(StoreRecovery):
                     continue
                 store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
-                    t.due_index.discard(lease.due, seq)
+                    t.due_index.discard(lease.due_ms, seq)
             heads = t.head_heap
             while heads and heads[0] < gone:
                 head = heapq.heappop(heads)
@@ -564,49 +456,7 @@ class EngineCore(StoreRecovery):
                 store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
         if q.delayseq_from < gone:
             q.delayseq_from = gone
-        self._collect(q)
-
-    def _not_ended_between(self, q: QueueState, t: TagState, low: int, high: int) -> int:
-        """How many messages with ``low <= seq < high`` are not Ended for ``t`` (for the
-        ``expired`` counter; costs a walk of the range, once per expiry)."""
-        store = self._store
-        count = 0
-        for seq, lease in t.leases.items():
-            count += lease.state == LEASED and low <= seq < high
-        unpack = PREFIX.unpack_from
-        for lane in q.lanes_used:  # never delivered: ahead of the cursor, in scope, no row
-            start = max(t.cursors[lane], low)
-            if start >= high or start > q.lane_tail[lane]:
-                continue
-            lower, upper = keys.log_key(q.id, lane, start), keys.log_key(q.id, lane, high)
-            for key, value in Store.items(store.log, lower, upper):
-                enqueue_ms, visible_ms, _, _ = unpack(value)
-                seq = keys.log_seq(key)
-                count += (visible_ms == enqueue_ms and seq not in t.leases
-                          and self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]))
-        lower, upper = keys.delayseq_key(q.id, low), keys.delayseq_key(q.id, high)
-        for key, value in Store.items(store.delayseq, lower, upper):  # delayed, not taken
-            seq, visible_ms = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if seq in t.leases or t.delay_taken(visible_ms, seq):
-                continue
-            count += self._topic_or_plain_in_scope(q, t, seq)
-        for topic, head in list(t.locked.items()):  # parked behind a head
-            lower = keys.topic_key(q.id, topic, max(head + 1, low))
-            for key in Store.keys(store.topics, lower, keys.topic_key(q.id, topic, high)):
-                seq = keys.topic_key_decode(key)[2]
-                if seq not in t.leases and seq < t.cursors[DEFAULT_LANE]:
-                    value = store.log.get(keys.log_key(q.id, DEFAULT_LANE, seq))
-                    count += value is not None and unpack(value)[0] == unpack(value)[1] and \
-                        self._in_scope(t, seq, unpack(value)[0], value[PREFIX_SIZE:])
-        return count
-
-    def _topic_or_plain_in_scope(self, q: QueueState, t: TagState, seq: int) -> bool:
-        for lane in q.lanes_used:
-            value = self._store.log.get(keys.log_key(q.id, lane, seq))
-            if value is not None:
-                return self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
-                                      value[PREFIX_SIZE:])
-        return False
+        collect(self._store, q)
 
     def _snap_cursor(self, q: QueueState, t: TagState, lane: int) -> None:
         """Move a cursor onto the lowest message of its lane at or above it that is not
@@ -633,7 +483,7 @@ class EngineCore(StoreRecovery):
                 seq = keys.log_seq(it.key())
                 if seq not in leases and (
                         (t.filter is None and enqueue_ms >= t.start_ms and seq >= t.start_seq)
-                        or self._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
+                        or in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
                     return seq
             it.next()
         return tail + 1
@@ -645,59 +495,7 @@ class EngineCore(StoreRecovery):
     def _persist_watermarks(self, q: QueueState) -> None:
         self._store.put(self._store.meta_h, keys.watermarks_key(q.id), q.encode_watermarks())
 
-    # -- segments -------------------------------------------------------------------------------
-
-    def _collect(self, q: QueueState) -> None:
-        """Reclaim whole segments below ``gone_seq`` (log, time index, delay and topic
-        indexes)."""
-        store = self._store
-        # Only sealed segments: the open (last) one stays until a send seals it. Collecting it
-        # whenever a near-empty queue drains would write range tombstones on every delete,
-        # and those make every new iterator slower (measured: 23 us -> 6 ms per delete).
-        while len(q.segments) > 1 and q.segments[0].last_seq < q.gone_seq:
-            segment = q.segments.pop(0)
-            first, end = segment.first_seq, segment.last_seq + 1
-            for lane in q.lanes_used:
-                store.delete_range(store.log_h, keys.log_key(q.id, lane, first),
-                                   keys.log_key(q.id, lane, end))
-            store.delete_range(store.time_h, keys.time_key(q.id, 0, 0),
-                               keys.time_key(q.id, segment.last_ms, end))
-            # The time index maps each ms to its first seq: if the next retained message shares
-            # this segment's last ms, that ms needs a new first entry.
-            if q.segments and q.segments[0].first_ms == segment.last_ms:
-                store.put(store.time_h, keys.time_key(q.id, segment.last_ms,
-                                                      q.segments[0].first_seq), b"")
-            elif not q.segments:
-                q.indexed_ms = -1
-            lower, upper = keys.delayseq_key(q.id, first), keys.delayseq_key(q.id, end)
-            for key, value in Store.items(store.delayseq, lower, upper):
-                seq = keys.delayseq_key_decode(key)[1]
-                store.delete(store.delays_h, keys.delay_key(q.id, keys.read_u64(value), seq))
-            store.delete_range(store.delayseq_h, lower, upper)
-            if q.next_topic_id > 1 and DEFAULT_LANE in q.lanes_used:  # topic messages: lane 8
-                for key, value in Store.items(store.log, keys.log_key(q.id, DEFAULT_LANE, first),
-                                              keys.log_key(q.id, DEFAULT_LANE, end)):
-                    topic_id = PREFIX.unpack_from(value)[2]
-                    if 0 < topic_id < DEAD_MARK:
-                        store.delete(store.topics_h,
-                                     keys.topic_key(q.id, topic_id, keys.log_seq(key)))
-            for t in q.tags.values():  # rows below gone_seq: ENDED_DELETED ones (state.py)
-                store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, first),
-                                   keys.lease_key(q.id, t.id, end))
-            store.delete(store.segments_h, keys.segment_key(q.id, first))
-
     # -- wake-ups ---------------------------------------------------------------------------------
-
-    def _schedule_delay_wake(self, q: QueueState, now: int) -> None:
-        """Register the next delay end of ``q`` after ``now`` (one heap entry per queue)."""
-        lower, upper = keys.delay_key(q.id, now + 1, 0), keys.queue_bounds(q.id)[1]
-        it = Store.scan(self._store.delays, lower, upper)
-        if it.valid():
-            due = keys.delay_key_decode(it.key())[1]
-            q.next_delay_wake = due
-            heapq.heappush(self._wake_heap, (due, q.id, 0))
-        else:
-            q.next_delay_wake = -1
 
     def _lease_dropped(self, q: QueueState, t: TagState, seq: int, lease: Lease) -> None:
         """A LEASED message is Ended for ``t`` (deleted): its rows go, or, when a cursor or the
@@ -709,13 +507,13 @@ class EngineCore(StoreRecovery):
         revisited = seq in t.heads and t.heads[seq] in t.topic_from
         if revisited or self._still_ahead(q, t, seq, lease.lane):
             self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lease.lane, 0, lease.count,
-                                               lease.first, 0), lease.due)
+                                               lease.first_ms, 0), lease.due_ms)
             self._cursor_off(q, t, seq, lease.lane)
         else:  # the row stays on disk only, for peek's dequeue count (state.py)
             del t.leases[seq]
             store.put(store.leases_h, keys.lease_key(q.id, t.id, seq),
-                      Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first, 0))
-            t.due_index.discard(lease.due, seq)
+                      Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first_ms, 0))
+            t.due_index.discard(lease.due_ms, seq)
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
 
@@ -756,73 +554,35 @@ class EngineCore(StoreRecovery):
                 heapq.heappush(t.dead_heap, seq)
         t.leases[seq] = lease
         store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
-        if old_due is not None and (lease.state != LEASED or old_due != lease.due):
+        if old_due is not None and (lease.state != LEASED or old_due != lease.due_ms):
             t.due_index.discard(old_due, seq)
         if lease.state == LEASED:
-            t.due_index.add(lease.due, seq)
+            t.due_index.add(lease.due_ms, seq)
             if t.topic_from and t.heads.get(seq) in t.topic_from:
                 self._watch_lapse(q, t, t.heads[seq])
-            self._watch_lease_due(q, t, lease.due)
-
-    def _watch_lease_due(self, q: QueueState, t: TagState, due: int) -> None:
-        """A LEASED row due at ``due``: the receive walk's lower bound, the tag's wake-up and,
-        with a redrive policy, the dead-letter check must not miss it."""
-        if due < t.min_due:
-            t.min_due = due
-        if due < t.next_wake or t.next_wake < 0:
-            self._register_wake(q, t, due)
-        if q.attributes["redrive"] is not None and (q.next_expiry < 0 or due < q.next_expiry):
-            q.next_expiry = due
-            heapq.heappush(self._expiry_heap, (due, q.id))
+            self._deadlines.watch_lease_due(q, t, lease.due_ms)
 
     def _apply_due_expiries(self, now: int) -> None:
         """Dead-letter moves due by ``now`` in every queue (before any operation acts)."""
-        heap = self._expiry_heap
+        heap = self._deadlines.expiry_heap
         while heap and heap[0][0] <= now:
             due, queue_id = heapq.heappop(heap)
             q = self._queues.get(queue_id)
-            if q is not None and due == q.next_expiry:
+            if q is not None and due == q.next_expiry_ms:
                 self._apply_expiries(q, now)
-                self._schedule_expiry_check(q, now)
+                self._deadlines.schedule_expiry_check(q, now)
 
     def _apply_due_lapses(self, now: int) -> None:
         """Topic heads whose lease ran out by ``now`` while rewound messages of their topic
         waited behind them: those go first now (``_topic_head_lapsed``), in deadline order."""
-        heap = self._lapse_heap
+        heap = self._deadlines.lapse_heap
         while heap and heap[0][0] <= now:
             due, queue_id, tag_id, seq = heapq.heappop(heap)
             q = self._queues.get(queue_id)
             t = q.tags.get(tag_id) if q is not None else None
-            if t is None:
+            if q is None or t is None:
                 continue
             lease, topic_id = t.leases.get(seq), t.heads.get(seq)
-            if (lease is not None and lease.state == LEASED and lease.due == due
+            if (lease is not None and lease.state == LEASED and lease.due_ms == due
                     and topic_id is not None and topic_id in t.topic_from):
                 self._topic_head_lapsed(q, t, seq, topic_id, due)
-
-    def _schedule_expiry_check(self, q: QueueState, now: int) -> None:
-        """Register the first lease deadline after ``now`` of a queue with a redrive policy."""
-        q.next_expiry = -1
-        if q.attributes["redrive"] is None:
-            return
-        for t in q.tags.values():
-            due = t.due_index.first_due_after(now)
-            if due is not None:
-                if q.next_expiry < 0 or due < q.next_expiry:
-                    q.next_expiry = due
-        if q.next_expiry >= 0:
-            heapq.heappush(self._expiry_heap, (q.next_expiry, q.id))
-
-    def _register_wake(self, q: QueueState, t: TagState, due: int) -> None:
-        """Keep one wake-up per tag registered: the earliest lease deadline known. The heap
-        holds at most the registrations made since the last ``process_deadlines``."""
-        if t.next_wake < 0 or due < t.next_wake:
-            t.next_wake = due
-            heapq.heappush(self._wake_heap, (due, q.id, t.id))
-
-    def _reschedule_tag_wake(self, q: QueueState, t: TagState, now: int) -> None:
-        """After the tag's wake-up fired: register the first lease deadline after ``now``."""
-        t.next_wake = -1
-        due = t.due_index.first_due_after(now)
-        if due is not None:
-            self._register_wake(q, t, due)

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import struct
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from . import keys
-from . import core
-from .core import EngineCore
 from .store import Store
 
 FIELDS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
 SENT, RECEIVED, DELETED, DEAD, EXPIRED, BYTES_IN, BYTES_OUT = range(7)
-assert EXPIRED == core.EXPIRED
 _ROW = struct.Struct(">7Q")
 KEEP_DAYS = 31
 DAY_MS = 86_400_000
@@ -28,62 +25,76 @@ def day_name(day: int) -> str:
     return datetime.fromtimestamp(day * 86400, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
-class CounterOps(EngineCore):
-    """``_count`` bumps a counter; ``_stats_days`` reads them back."""
+class CounterContext(Protocol):
+    """What the counters read of the engine: its store and the operation's ``now``."""
 
-    def _counter_rows(self) -> dict[tuple[int, int, int], list[int]]:
-        rows = getattr(self, "_counter_cache", None)
-        if rows is None:
-            rows = self._counter_cache = {}
-        return rows
+    _store: Store
+    _now: int
 
-    def _count(self, queue: int, tag: int, field: int, amount: int = 1) -> None:
-        day = self._now // DAY_MS
+
+class Counters:
+    """The daily counters, owned by the engine: ``count`` bumps one, ``write`` puts the rows
+    the operation changed, ``days`` reads them back."""
+
+    def __init__(self, context: CounterContext) -> None:
+        self._context = context
+        self._rows: dict[tuple[int, int, int], list[int]] = {}  # cached rows
+        self.dirty: set[tuple[int, int, int]] = set()  # rows changed by the operation
+
+    def reset(self) -> None:
+        """Forget the cache and what is pending (the store is the truth again)."""
+        self._rows.clear()
+        self.dirty.clear()
+
+    def count(self, queue: int, tag: int, field: int, amount: int = 1) -> None:
+        context = self._context
+        day = context._now // DAY_MS
         row_key = (queue, tag, day)
-        rows = self._counter_rows()
+        rows = self._rows
         row = rows.get(row_key)
         if row is None:
-            stored = self._store.meta.get(keys.day_key(queue, tag, day))
+            store = context._store
+            stored = store.meta.get(keys.day_key(queue, tag, day))
             row = list(_ROW.unpack(stored)) if stored else [0] * len(FIELDS)
             if len(rows) > 65536:  # rows of past days are written already: forget them
                 for old in [k for k in rows if k[2] < day]:
                     del rows[old]
             rows[row_key] = row
             if stored is None and day >= KEEP_DAYS:  # a new day: forget the one past the window
-                self._store.delete(self._store.meta_h,
-                                   keys.day_key(queue, tag, day - KEEP_DAYS))
+                store.delete(store.meta_h, keys.day_key(queue, tag, day - KEEP_DAYS))
         row[field] += amount
-        self._dirty_counters.add(row_key)
+        self.dirty.add(row_key)
 
-    def _write_counters(self) -> None:
+    def write(self) -> None:
         """Put every counter row changed by the operation (once each, not once per bump)."""
-        rows = self._counter_rows()
-        store = self._store
-        for row_key in self._dirty_counters:
+        rows = self._rows
+        store = self._context._store
+        for row_key in self.dirty:
             row = rows.get(row_key)
             if row is not None:
                 store.put(store.meta_h, keys.day_key(*row_key), _ROW.pack(*row))
-        self._dirty_counters.clear()
+        self.dirty.clear()
 
-    def _forget_counters(self, queue: int, tag: int | None = None) -> None:
-        rows = self._counter_rows()
+    def forget(self, queue: int, tag: int | None = None) -> None:
+        """Drop the rows of a deleted queue (``tag`` None) or tag."""
+        rows = self._rows
         for row_key in [k for k in rows if k[0] == queue and (tag is None or k[1] == tag)]:
             del rows[row_key]
-            self._dirty_counters.discard(row_key)
-        store = self._store
+            self.dirty.discard(row_key)
+        store = self._context._store
         if tag is None:
             store.delete_range(store.meta_h, *keys.day_bounds(queue))
         else:
             lower = keys.day_key(queue, tag, 0)
             store.delete_range(store.meta_h, lower, keys.day_key(queue, tag + 1, 0))
 
-    def _stats_days(self, queue: int, tag: int | None, days: int) -> list[dict[str, Any]]:
+    def days(self, queue: int, tag: int | None, days: int) -> list[dict[str, Any]]:
         """Newest first, days without activity omitted. ``tag`` None: the queue's totals."""
-        today = self._now // DAY_MS
+        today = self._context._now // DAY_MS
         first = today - days + 1
         totals: dict[int, list[int]] = {}
         lower, upper = keys.day_bounds(queue)
-        for key, value in Store.items(self._store.meta, lower, upper):
+        for key, value in Store.items(self._context._store.meta, lower, upper):
             _, row_tag, day = keys.day_key_decode(key)
             if day < first or day > today or (tag is not None and row_tag != tag):
                 continue

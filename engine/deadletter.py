@@ -20,8 +20,11 @@ from typing import Any, Generator, Sequence
 import cbor2
 
 from . import keys
-from .counters import DEAD, CounterOps
+from .counters import DEAD
+from .floors import copy_alive
+from .messaging import MessagingOps
 from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
+from .peekstate import peek_state
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import Redriven
 from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
@@ -31,12 +34,12 @@ from .validation import check_batch, check_bool, check_int, check_time_ms
 
 #: Records of a DLQ a redrive looks at per chunk (one operation; the server lets other
 #: requests run between chunks).
-#: ``Lease.due`` of an ENDED_DEAD row whose copy ended for good (no queue has id 0).
+#: ``Lease.due_ms`` of an ENDED_DEAD row whose copy ended for good (no queue has id 0).
 SEALED = 0
 REDRIVE_CHUNK = 512  # tens of ms; smaller chunks cost more per message (per-operation work)
 
 
-class DeadLetterOps(CounterOps):
+class DeadLetterOps(MessagingOps):
     """Needs ``_append``, ``_tag_operation`` and ``_by_receipt`` (messaging), ``_check``
     (grants) and ``_notify`` from the engine."""
 
@@ -63,13 +66,13 @@ class DeadLetterOps(CounterOps):
         copy = self._dead_letter_entry(body, body_bytes, attributes, fields[4], dead, t.id)
         sent = self._append(dlq, [copy], self._now)[0]
         dlq_seq = parse_message_id(sent.id)[1]  # type: ignore[union-attr, index]
-        old_due = lease.due
+        old_due = lease.due_ms
         self._dead_sources.setdefault(dlq.id, set()).add(q.id)
         self._lease_saved(q, t, seq, Lease(ENDED_DEAD, lease.lane, dlq.id, lease.count,
-                                           lease.first, dlq_seq), old_due)
+                                           lease.first_ms, dlq_seq), old_due)
         if seq in t.heads:  # its successor is Active again from the moment it died
             self._topic_head_ended(q, t, seq, dead_time)
-        self._count(q.id, t.id, DEAD)
+        self._counters.count(q.id, t.id, DEAD)
         self._notify(dlq)
 
     def _apply_expiries(self, q: QueueState, now: int) -> None:
@@ -81,13 +84,13 @@ class DeadLetterOps(CounterOps):
         moves: list[tuple[int, int, int, TagState, Lease]] = []
         for t in list(q.tags.values()):
             moved = False
-            for due, seq in t.due_index.between((t.expiry_due, t.expiry_seq + 1), now):
+            for due, seq in t.due_index.between((t.expiry_due_ms, t.expiry_seq + 1), now):
                 lease = t.leases.get(seq)
-                if (lease is not None and lease.state == LEASED and lease.due == due
+                if (lease is not None and lease.state == LEASED and lease.due_ms == due
                         and lease.count >= max_receives and seq >= q.gone_seq
                         and not self._expired_by(q, lease, seq, due)):
                     moves.append((due, seq, t.id, t, lease))
-                t.expiry_due, t.expiry_seq = due, seq
+                t.expiry_due_ms, t.expiry_seq = due, seq
                 moved = True
             if moved:
                 store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
@@ -128,7 +131,7 @@ class DeadLetterOps(CounterOps):
             try:
                 next(steps)
             except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+                return done.value
 
     def redrive_steps(self, queue: str, source: str | None = None, since: int | None = None,
                       until: int | None = None, max: int = 1000, dry_run: bool = False, *,
@@ -146,7 +149,7 @@ class DeadLetterOps(CounterOps):
         while True:
             with self._operation() as now:
                 if first:
-                    self._check(caller, "manage", queue)
+                    self._grants.check(caller, "manage", queue)
                     dlq = self._queue(queue)
                     if source is not None and not isinstance(source, str):
                         # a filter, not a lookup: text that names no queue matches nothing
@@ -217,7 +220,7 @@ class DeadLetterOps(CounterOps):
             old = t.leases.get(original)
             original_lane = old.lane if old else lane
             self._lease_saved(src, t, original, Lease(LEASED, original_lane, now, 0, 0, 0),
-                              old.due if old is not None and old.state == LEASED else None)
+                              old.due_ms if old is not None and old.state == LEASED else None)
             stored = self._store.log.get(keys.log_key(src.id, original_lane, original))
             topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
             if 0 < topic_id < DEAD_MARK:
@@ -243,11 +246,13 @@ class DeadLetterOps(CounterOps):
         store = self._store
         for source_id in list(self._dead_sources.get(dlq.id, ())):
             src = self._queues.get(source_id)
-            for t in src.tags.values() if src is not None else ():
+            if src is None:
+                continue
+            for t in src.tags.values():
                 for seq, lease in t.leases.items():
-                    if lease.state == ENDED_DEAD and lease.due == dlq.id and \
-                            not self._copy_alive(lease):
-                        lease.due = SEALED
+                    if lease.state == ENDED_DEAD and lease.due_ms == dlq.id and \
+                            not copy_alive(self._store, self._queues, self._now, lease):
+                        lease.due_ms = SEALED
                         store.put(store.leases_h, keys.lease_key(src.id, t.id, seq),
                                   lease.encode())
 
@@ -256,9 +261,9 @@ class DeadLetterOps(CounterOps):
         """Ended for the DLQ's default tag, or Inflight for any DLQ tag."""
         for t in dlq.tags.values():
             lease = t.leases.get(seq)
-            if lease is not None and lease.state == LEASED and lease.due > now:
+            if lease is not None and lease.state == LEASED and lease.due_ms > now:
                 return True
-        return self._peek_state(dlq, default, seq, value, now)[0] in ("deleted", "dead")
+        return peek_state(self._store, dlq, default, seq, value, now)[0] in ("deleted", "dead")
 
     def _redrive_target(self, original_id: str, tag_id: int,
                         now: int) -> tuple[QueueState, TagState, int] | None:
@@ -274,8 +279,8 @@ class DeadLetterOps(CounterOps):
         if t is None or seq < src.gone_seq:
             return None
         lease = t.leases.get(seq)
-        if lease is not None and (lease.state == LEASED and lease.due > now or
-                                  lease.state == ENDED_DEAD and lease.due == SEALED):
+        if lease is not None and (lease.state == LEASED and lease.due_ms > now or
+                                  lease.state == ENDED_DEAD and lease.due_ms == SEALED):
             return None  # Inflight, or Ended for good: its copy ended before a rewind
         return src, t, seq
 
@@ -286,8 +291,8 @@ class DeadLetterOps(CounterOps):
         if old is not None and old.state != LEASED:
             return
         self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lane, 0, old.count if old else 0,
-                                           old.first if old else 0, 0),
-                          old.due if old is not None else None)
+                                           old.first_ms if old else 0, 0),
+                          old.due_ms if old is not None else None)
         if seq in t.heads:
             self._topic_head_ended(q, t, seq, self._now)
         elif t.topic_from:

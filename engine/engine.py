@@ -22,15 +22,15 @@ from typing import Any
 from .admin import AdminOps
 from .clock import Clock
 from .core import SEGMENT_MAX_AGE_MS, SEGMENT_MAX_BYTES, SEGMENT_MAX_MESSAGES
-from .deadletter import DeadLetterOps
 from .extras import ExtrasOps
 from .inspection import InspectionOps
-from .messaging import MessagingOps
+from .results import Grant
 from .rewind import RewindOps
 
 
-class Engine(AdminOps, MessagingOps, DeadLetterOps, InspectionOps, RewindOps, ExtrasOps):
-    # AdminOps brings GrantOps and TagOps; every mixin shares EngineCore (core.py).
+class Engine(AdminOps, InspectionOps, RewindOps, ExtrasOps):
+    # AdminOps brings TagOps; every mixin shares EngineCore (core.py), which owns the
+    # components: counters, deadlines, grants.
     """A Lamina data directory, open for reading and writing by one process."""
 
     @classmethod
@@ -64,6 +64,27 @@ class Engine(AdminOps, MessagingOps, DeadLetterOps, InspectionOps, RewindOps, Ex
     def queue_depths(self) -> dict[str, int]:
         """Retained messages (``next_seq - gone_seq``) per queue name, from memory."""
         return {q.name: q.next_seq - q.gone_seq for q in self._queues.values()}
+
+    # -- grants (grants.py) -------------------------------------------------------------------
+
+    def grant(self, queue: str, key: str, permissions: list[str], *,
+              caller: str | None = None) -> None:
+        """Give ``key`` ``permissions`` on ``queue`` (a name or, for admins, a glob)."""
+        with self._operation():
+            self._grants.grant(queue, key, permissions, caller=caller)
+
+    def revoke(self, queue: str, key: str, permissions: list[str] | None = None, *,
+               caller: str | None = None) -> None:
+        """Take ``permissions`` (default all) on ``queue`` from ``key``."""
+        with self._operation():
+            self._grants.revoke(queue, key, permissions, caller=caller)
+
+    def list_grants(self, queue: str | None = None, key: str | None = None, *,
+                    caller: str | None = None) -> list[Grant]:
+        """Grants, ordered by key then queue pattern; a non-admin sees its own grants, or
+        those on a queue where it holds ``grant``."""
+        with self._operation():
+            return self._grants.list_grants(queue, key, caller=caller)
 
     def __enter__(self) -> Engine:
         return self

@@ -81,7 +81,7 @@ class ExtrasOps(EngineCore):
     _dedup_sends: int
 
     def _load(self) -> None:
-        super()._load()  # type: ignore[misc]
+        super()._load()
         self._extras = {}
         self._dedup = {}
         self._dedup_sends = 0
@@ -118,7 +118,7 @@ class ExtrasOps(EngineCore):
         if self._closed:
             raise Unavailable("the engine is closed")
         q = self._queue(queue)
-        if caller is not None and not self._permissions(caller, q.name):  # type: ignore
+        if caller is not None and not self._grants.permissions(caller, q.name):
             raise AccessDenied(f"queue: key {caller!r} holds no permission on {q.name!r}",
                                field="queue")
         return q.name
@@ -127,7 +127,7 @@ class ExtrasOps(EngineCore):
         """``get_queue`` without the stats (no walk of the backlog)."""
         if self._closed:
             raise Unavailable("the engine is closed")
-        self._check(caller, "peek", queue)  # type: ignore[attr-defined]
+        self._grants.check(caller, "peek", queue)
         q = self._queue(queue)
         return QueueInfo(q.name, dict(q.attributes), q.created)
 
@@ -137,14 +137,14 @@ class ExtrasOps(EngineCore):
         """The queue's extras (empty when none were set)."""
         if self._closed:
             raise Unavailable("the engine is closed")
-        self._check(caller, "peek", queue)  # type: ignore[attr-defined]
+        self._grants.check(caller, "peek", queue)
         return dict(self._extras.get(self._queue(queue).id, {}))
 
     def set_queue_extras(self, queue: str, extras: Mapping[str, Any], *,
                          caller: str | None = None) -> dict[str, Any]:
         """Replace the queue's extras with ``extras`` (empty: none)."""
         with self._operation():
-            self._check(caller, "manage", queue)  # type: ignore[attr-defined]
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             checked = _check_extras(extras)
             store = self._store
@@ -169,7 +169,7 @@ class ExtrasOps(EngineCore):
         being appended again (the first one's body digest is not kept: ``md5`` is this
         entry's)."""
         with self._operation() as now:
-            self._check(caller, "send", queue)  # type: ignore[attr-defined]
+            self._grants.check(caller, "send", queue)
             q = self._queue(queue)
             messages = check_batch(messages, "messages")
             if not isinstance(dedup_keys, (list, tuple)) or len(dedup_keys) != len(messages):
@@ -189,7 +189,7 @@ class ExtrasOps(EngineCore):
                 elif key not in first_of:
                     first_of[key] = index
                     fresh.append(index)
-            self._advance(q, now)  # type: ignore[attr-defined]
+            self._advance(q, now)
             self._settle(q, now)
             appended = (self._append(q, [messages[i] for i in fresh], now)  # type: ignore
                         if fresh else [])

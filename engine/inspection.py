@@ -19,63 +19,20 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import keys
-from .counters import DELETED, CounterOps
+from .counters import DELETED
+from .deadletter import DeadLetterOps
 from .errors import InvalidArgument, LaminaError, MessageNotFound
+from .lessor import Lessor
+from .peekstate import peek_state
 from .records import PREFIX, PREFIX_SIZE, parse_message_id
 from .results import PeekPage, Peeked
-from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
+from .scope import in_scope
+from .state import QueueState, TagState
 from .store import Store
 from .validation import check_batch, check_int, check_time_ms
 
-_STATE_OF_ROW = {ENDED_AHEAD: "deleted", ENDED_DEAD: "dead"}
-
-
-class InspectionOps(CounterOps):
-    """Needs ``_Lessor`` (messaging) for the default peek mode and ``_end_for``."""
-
-    def _peek_state(self, q: QueueState, t: TagState, seq: int, value: bytes,
-                    now: int) -> tuple[str, int, int | None, int | None]:
-        """-> (state, dequeue_count, first_dequeue_time, next_visible_time) of a message of
-        the tag's scope that is above ``gone_seq``."""
-        enqueue_ms, visible_ms, topic_id, _ = PREFIX.unpack_from(value)
-        lease = t.leases.get(seq)
-        topic = topic_id if 0 < topic_id < DEAD_MARK else 0
-        if lease is not None:
-            first = lease.first or None
-            if lease.state != LEASED:
-                return _STATE_OF_ROW[lease.state], lease.count, first, None
-            if lease.due > now:
-                return "inflight", lease.count, first, lease.due
-            return self._active_or_parked(q, t, topic, seq), lease.count, first, None
-        if visible_ms != enqueue_ms:
-            if not t.delay_taken(visible_ms, seq):
-                if visible_ms > now:
-                    return "delayed", 0, None, None
-                return self._active_or_parked(q, t, topic, seq), 0, None, None
-        elif seq >= t.cursors[PREFIX.unpack_from(value)[3]]:
-            return self._active_or_parked(q, t, topic, seq), 0, None, None
-        if topic and not self._ended_in_turn(t, topic, seq, enqueue_ms, visible_ms):
-            # Passed by the cursor: parked behind its topic's head (a later one too, when
-            # it was rewound behind an Inflight head: ``topic_from``), or ended.
-            head = t.locked.get(topic)
-            if head is None:
-                if not self._topic_gate(q, t, topic, seq):
-                    return "parked", 0, None, None
-            elif head < seq or t.topic_from.get(topic, seq + 1) <= seq:
-                return "parked", 0, None, None
-        row = self._store.leases.get(keys.lease_key(q.id, t.id, seq))
-        if row is not None:  # deleted after delivery: its count is kept on disk
-            deleted = Lease.decode(row)
-            return "deleted", deleted.count, deleted.first or None, None
-        return "deleted", 0, None, None
-
-    def _active_or_parked(self, q: QueueState, t: TagState, topic: int, seq: int) -> str:
-        if not topic:
-            return "active"
-        head = t.locked.get(topic)
-        if head is None:
-            return "active" if self._topic_gate(q, t, topic, seq) else "parked"
-        return "active" if head == seq else "parked"
+class InspectionOps(DeadLetterOps):
+    """peek and delete_by_id; the default peek asks a dry ``Lessor`` (lessor.py)."""
 
     def _lookup_id(self, q: QueueState, t: TagState, message_id: object,
                    field: str) -> tuple[int, int, bytes | None]:
@@ -94,7 +51,7 @@ class InspectionOps(CounterOps):
             raise MessageNotFound(f"{field}: message {message_id!r} is before the start of tag "
                                   f"{t.name!r}", field=field)
         value = self._store.log.get(keys.log_key(q.id, lane, seq))
-        if value is None or not self._in_scope(t, seq, PREFIX.unpack_from(value)[0],
+        if value is None or not in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                 value[PREFIX_SIZE:]):
             raise MessageNotFound(f"{field}: no message {message_id!r} for tag {t.name!r}",
                                   field=field)
@@ -107,7 +64,7 @@ class InspectionOps(CounterOps):
         ``start``/``ids``); messages produced from ``start`` on with their states, paged by
         ``after``; or the messages with ``ids``, one entry per id."""
         with self._operation() as now:
-            self._check(caller, "peek", queue)
+            self._grants.check(caller, "peek", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
@@ -123,8 +80,7 @@ class InspectionOps(CounterOps):
             if start is not None:
                 return self._peek_from(q, t, check_time_ms(start, "start"), after, count, now,
                                        max_bytes)
-            from .messaging import _Lessor
-            lessor = _Lessor(self, q, t, now, 1000, count, max_bytes, dry_run=True)  # type: ignore[arg-type]
+            lessor = Lessor(self, q, t, now, 1000, count, max_bytes, dry_run=True)
             return PeekPage(lessor.run(), None)
 
     def _peek_ids(self, q: QueueState, t: TagState, ids: list[Any], now: int,
@@ -140,7 +96,7 @@ class InspectionOps(CounterOps):
             except LaminaError as exc:
                 out.append(exc.with_traceback(None))
                 continue
-            state = self._peek_state(q, t, seq, value, now)
+            state = peek_state(self._store, q, t, seq, value, now)
             if room is not None:
                 room -= len(value) + 64
                 if room < 0 and out:
@@ -173,7 +129,7 @@ class InspectionOps(CounterOps):
             if it.valid():
                 heads.append((keys.log_seq(it.key()), lane, it.value(), it))
             enqueue_ms = PREFIX.unpack_from(value)[0]
-            if enqueue_ms < start_ms or not self._in_scope(t, seq, enqueue_ms,
+            if enqueue_ms < start_ms or not in_scope(t, seq, enqueue_ms,
                                                            value[PREFIX_SIZE:]):
                 last_id = self._id_of(q, seq, lane)
                 continue
@@ -182,7 +138,7 @@ class InspectionOps(CounterOps):
                 if room < 0 and out:
                     heads.append((seq, lane, value, None))
                     break
-            out.append(Peeked(value[PREFIX_SIZE:], *self._peek_state(q, t, seq, value, now)))
+            out.append(Peeked(value[PREFIX_SIZE:], *peek_state(self._store, q, t, seq, value, now)))
             last_id = self._id_of(q, seq, lane)
         more = bool(heads)
         return PeekPage(out, last_id if more and last_id is not None else None)
@@ -197,7 +153,7 @@ class InspectionOps(CounterOps):
         """End messages for ``tag`` by id whatever their state (idempotent; a lease on one
         goes stale, a parked one is unlinked)."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             ids = check_batch(ids, "ids")
@@ -211,10 +167,10 @@ class InspectionOps(CounterOps):
                     results.append(exc.with_traceback(None))
                     continue
                 if value is not None:
-                    state = self._peek_state(q, t, seq, value, now)[0]
+                    state = peek_state(self._store, q, t, seq, value, now)[0]
                     if state not in ("deleted", "dead"):
                         self._end_for(q, t, seq, lane)
-                        self._count(q.id, t.id, DELETED)
+                        self._counters.count(q.id, t.id, DELETED)
                         self._notify(q)
                 results.append(None)
             self._settle(q, now)

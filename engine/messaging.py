@@ -11,22 +11,24 @@ Where a tag's next message comes from (DESIGN.md §2 "Delivery order", §3):
      exactly once per tag).
 2. *Never delivered*, by (priority, seq): the lane cursors, lane 1 (highest priority) first.
 
-A receive examines at most ``EXAMINE_LIMIT`` records, persists how far it got, and may return
-fewer than ``max`` even when more are Active; a waiting receive simply looks again.
+A receive (``Lessor``, lessor.py) examines at most ``EXAMINE_LIMIT`` records, persists how far
+it got, and may return fewer than ``max`` even when more are Active; a waiting receive simply
+looks again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
-from heapq import heappush
 from typing import TYPE_CHECKING, Any, Sequence
 
 import cbor2
 
 from . import keys
 from .counters import BYTES_IN, BYTES_OUT, DELETED, RECEIVED, SENT
-from .topics import TopicOps, filter_matches
+from .scope import filter_matches
+from .topics import TopicOps
+from .lessor import Lessor
 from .errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -38,16 +40,14 @@ from .errors import (
 from .receipts import ReceiptCodec
 from .records import (
     PREFIX,
-    PREFIX_SIZE,
     cbor_head,
     cbor_uint,
     encode_record,
     message_id,
     parse_message_id,
 )
-from .results import Delivery, Peeked, Sent, VisibilityChanged
-from .state import DEAD_MARK, LEASED, Lease, QueueState, Segment, TagState
-from .store import Store
+from .results import Delivery, Sent, VisibilityChanged
+from .state import LEASED, Lease, QueueState, Segment, TagState
 from .validation import (
     DEFAULT_PRIORITY,
     MAX_DELAY_S,
@@ -61,8 +61,6 @@ from .validation import (
     check_topic,
 )
 
-EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
-NEVER = 1 << 63     # a time after every deadline
 _SEND_KEYS = frozenset((1, 2, 3, 4, 5))
 
 
@@ -159,7 +157,7 @@ class MessagingOps(TopicOps):
              caller: str | None = None) -> list[Sent | LaminaError]:
         """Append messages; per entry a ``Sent`` or the error that refused that entry."""
         with self._operation() as now:
-            self._check(caller, "send", queue)
+            self._grants.check(caller, "send", queue)
             q = self._queue(queue)
             messages = check_batch(messages, "messages")
             self._advance(q, now)
@@ -246,7 +244,7 @@ class MessagingOps(TopicOps):
                 written += 2
             elif lane not in first_ready:
                 first_ready[lane] = seq
-            if (segment is None or segment.count >= max_count or segment.bytes >= max_bytes
+            if (segment is None or segment.count >= max_count or segment.size_bytes >= max_bytes
                     or now >= segment_end_ms):
                 if segment is not None:
                     batch_put(keys.segment_key(qid, segment.first_seq), segment.encode(),
@@ -258,7 +256,7 @@ class MessagingOps(TopicOps):
             segment.last_seq = seq
             segment.last_ms = now
             segment.count += 1
-            segment.bytes += len(record)
+            segment.size_bytes += len(record)
             bytes_in += len(body)
             append(Sent(msg_id, now, md5))
         store.pending += written
@@ -327,12 +325,12 @@ class MessagingOps(TopicOps):
         tag receives (a filtered tag decodes the attributes of each)."""
         accepted = [(raw, sent) for raw, sent in zip(messages, results)
                     if isinstance(sent, Sent)]
-        self._count(q.id, 0, SENT, len(accepted))
-        self._count(q.id, 0, BYTES_IN, bytes_in)
+        self._counters.count(q.id, 0, SENT, len(accepted))
+        self._counters.count(q.id, 0, BYTES_IN, bytes_in)
         for t in q.tags.values():
             if t.filter is None and t.start_ms <= self._now:
-                self._count(q.id, t.id, SENT, len(accepted))
-                self._count(q.id, t.id, BYTES_IN, bytes_in)
+                self._counters.count(q.id, t.id, SENT, len(accepted))
+                self._counters.count(q.id, t.id, BYTES_IN, bytes_in)
                 continue
             count = size = 0
             for raw, sent in accepted:
@@ -342,8 +340,8 @@ class MessagingOps(TopicOps):
                     count += 1
                     size += body_size
             if count:
-                self._count(q.id, t.id, SENT, count)
-                self._count(q.id, t.id, BYTES_IN, size)
+                self._counters.count(q.id, t.id, SENT, count)
+                self._counters.count(q.id, t.id, BYTES_IN, size)
 
     def _index_delay(self, q: QueueState, seq: int, lane: int, visible: int) -> None:
         """Enter a delayed message in the queue-level delay indexes (two rows, no pending
@@ -353,9 +351,7 @@ class MessagingOps(TopicOps):
         store.batch.put(keys.delayseq_key(q.id, seq), keys.u64(visible), store.delayseq_h)
         if q.delayseq_from > seq:
             q.delayseq_from = seq
-        if q.next_delay_wake < 0 or visible < q.next_delay_wake:
-            q.next_delay_wake = visible
-            heapq.heappush(self._wake_heap, (visible, q.id, 0))
+        self._deadlines.delay_ends_at(q, visible)
         for t in q.tags.values():
             if visible < t.delay_hint:
                 t.delay_hint = visible
@@ -368,7 +364,7 @@ class MessagingOps(TopicOps):
 
     def _segment_full(self, segment: Segment, now: int) -> bool:
         return (segment.count >= self.segment_max_messages
-                or segment.bytes >= self.segment_max_bytes
+                or segment.size_bytes >= self.segment_max_bytes
                 or now - segment.first_ms >= self.segment_max_age_ms)
 
     # -- receive -----------------------------------------------------------------------------
@@ -381,7 +377,7 @@ class MessagingOps(TopicOps):
         ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
         message that would pass it is not leased. Waiting is the server's business."""
         with self._operation() as now:
-            self._check(caller, "receive", queue)
+            self._grants.check(caller, "receive", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
@@ -391,10 +387,10 @@ class MessagingOps(TopicOps):
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
             self._advance(q, now)
-            deliveries = _Lessor(self, q, t, now, visibility_ms, count, max_bytes).run()
+            deliveries = Lessor(self, q, t, now, visibility_ms, count, max_bytes).run()
             if deliveries:
-                self._count(q.id, t.id, RECEIVED, len(deliveries))
-                self._count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
+                self._counters.count(q.id, t.id, RECEIVED, len(deliveries))
+                self._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
             self._settle(q, now)
             return deliveries
 
@@ -407,14 +403,14 @@ class MessagingOps(TopicOps):
         _, seq, number = self._receipts.open(receipt, q.id, t.id)
         lease = t.leases.get(seq)
         if (lease is None or lease.state != LEASED or lease.number != number
-                or lease.due <= now or seq < q.gone_seq):
+                or lease.due_ms <= now or seq < q.gone_seq):
             raise StaleReceipt("receipt: the lease is no longer current")
         return seq, lease
 
     def _tag_operation(self, caller: str | None, queue: str, tag: str | None,
                        now: int) -> tuple[QueueState, TagState]:
         """The common start of an operation on received messages of one tag."""
-        self._check(caller, "receive", queue)
+        self._grants.check(caller, "receive", queue)
         q = self._queue(queue)
         t = self._tag(q, tag)
         self._advance(q, now)
@@ -445,7 +441,7 @@ class MessagingOps(TopicOps):
                                        lambda seq, lease: self._lease_dropped(q, t, seq, lease))
             deleted = results.count(None)
             if deleted:
-                self._count(q.id, t.id, DELETED, deleted)
+                self._counters.count(q.id, t.id, DELETED, deleted)
             self._settle(q, now)
             return results
 
@@ -469,8 +465,8 @@ class MessagingOps(TopicOps):
                 except LaminaError as exc:
                     results.append(exc.with_traceback(None))
                     continue
-                old_due = lease.due
-                lease.due = now + timeout_ms
+                old_due = lease.due_ms
+                lease.due_ms = now + timeout_ms
                 if timeout_ms:
                     lease.number = t.lease_counter
                     t.lease_counter += 1
@@ -479,7 +475,7 @@ class MessagingOps(TopicOps):
                 else:
                     receipt = None
                 self._lease_saved(q, t, seq, lease, old_due)
-                results.append(VisibilityChanged(receipt, lease.due))
+                results.append(VisibilityChanged(receipt, lease.due_ms))
                 if not timeout_ms:  # the lease ended now: a dead letter, or Active again
                     policy = q.attributes["redrive"]
                     if policy is not None and self._dlq_of(q) is not None \
@@ -497,7 +493,7 @@ class MessagingOps(TopicOps):
     def next_deadline(self) -> int | None:
         """The earliest time (ms) at which a message may become Active without a request
         (lease expiry, delay end), or None. A server's timer task sleeps until then."""
-        heap = self._wake_heap
+        heap = self._deadlines.wake_heap
         while heap and heap[0][1] not in self._queues:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
@@ -506,7 +502,7 @@ class MessagingOps(TopicOps):
         """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages
         Active because of it (tag None: every tag of the queue), for waking receives."""
         with self._operation() as now:
-            heap = self._wake_heap
+            heap = self._deadlines.wake_heap
             woken: set[tuple[str, str | None]] = set()
             while heap and heap[0][0] <= now:
                 due, queue_id, tag_id = heapq.heappop(heap)
@@ -514,246 +510,13 @@ class MessagingOps(TopicOps):
                 if q is None:
                     continue
                 if tag_id == 0:
-                    if due == q.next_delay_wake:
+                    if due == q.next_delay_wake_ms:
                         woken.add((q.name, None))
-                        self._schedule_delay_wake(q, now)
+                        self._deadlines.schedule_delay_wake(self._store, q, now)
                     continue
                 t = q.tags.get(tag_id)
-                if t is not None and due == t.next_wake:
+                if t is not None and due == t.next_wake_ms:
                     woken.add((q.name, t.name))
-                    self._reschedule_tag_wake(q, t, now)
+                    self._deadlines.reschedule_tag_wake(q, t, now)
                     self._apply_expiries(q, now)  # dead-letter moves happen at their time
             return sorted(woken, key=lambda pair: (pair[0], pair[1] or ""))
-
-
-class _Lessor:
-    """One receive: walks the sources in delivery order and leases what it may return.
-
-    With ``dry_run`` (peek) it walks the same way and changes nothing: it returns ``Peeked``
-    entries for what a receive would lease now."""
-
-    def __init__(self, engine: MessagingOps, q: QueueState, t: TagState, now: int,
-                 visibility_ms: int, count: int, max_bytes: int | None, dry_run: bool = False):
-        self.dry_run = dry_run
-        self.topics_taken: set[int] = set()
-        self.engine = engine
-        self.store = engine._store
-        self.q, self.t, self.now = q, t, now
-        self.due = now + visibility_ms
-        self.count = count
-        self.room = max_bytes
-        self.budget = EXAMINE_LIMIT
-        self.out: list[Delivery] = []
-        self.tag_moved = False
-        self.issue = engine._receipts.issue
-        self._due_watched = False  # _watch_lease_due ran for this receive's due time
-
-    def run(self) -> list[Any]:
-        self._active_again()
-        if len(self.out) < self.count and self.budget > 0:
-            self._never_delivered()
-        if self.dry_run:
-            return self.out
-        if self.out or self.tag_moved:
-            self.store.put(self.store.tags_h, keys.tag_key(self.q.id, self.t.id),
-                           self.t.encode_cursors())
-        return self.out
-
-    def _fits(self, record: bytes) -> bool:
-        """Whether one more delivery of ``record`` stays within ``max_bytes``."""
-        if self.room is None:
-            return True
-        needed = len(record) + 64  # receipt and the small fields
-        if self.out and needed > self.room:
-            return False
-        self.room -= needed
-        return True
-
-    def _admit(self, seq: int, value: bytes) -> bool:
-        """Scope and topic gate for a message met by a cursor or the delay index: False means
-        pass it (out of scope: Ended for the tag; or parked behind its topic's head)."""
-        enqueue_ms, _, topic_id, _ = PREFIX.unpack_from(value)
-        t = self.t
-        if t.filter is not None or enqueue_ms < t.start_ms or seq < t.start_seq:
-            if not self.engine._in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
-                return False
-        if 0 < topic_id < DEAD_MARK:
-            if topic_id in self.topics_taken or not self.engine._topic_gate(self.q, t,
-                                                                          topic_id, seq):
-                if not self.dry_run and topic_id not in t.parked_topics:
-                    self.engine._topic_parked(self.q, t, topic_id)  # passed while parked
-                return False
-        return True
-
-    def _lease(self, seq: int, lane: int, value: bytes, lease: Lease | None) -> None:
-        t = self.t
-        topic_id = PREFIX.unpack_from(value)[2]
-        if 0 < topic_id < DEAD_MARK:
-            self.topics_taken.add(topic_id)
-        if self.dry_run:
-            self.out.append(Peeked(value[PREFIX_SIZE:], "active", lease.count if lease else 0,
-                                   (lease.first or None) if lease else None, None))
-            return
-        number = t.lease_counter
-        t.lease_counter += 1
-        if lease is None:
-            lease = Lease(LEASED, lane, self.due, 1, self.now, number)
-            old_due = None
-        else:
-            old_due = lease.due
-            lease.count += 1
-            lease.due = self.due
-            lease.number = number
-            if not lease.first:
-                lease.first = self.now
-        if 0 < topic_id < DEAD_MARK:
-            t.lock(topic_id, seq)
-        self.engine._lease_saved(self.q, t, seq, lease, old_due)
-        receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
-        self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first,
-                                 lease.due))
-
-    def _lease_new(self, seq: int, lane: int, value: bytes) -> None:
-        """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
-        the first lease of ``seq`` for this tag. The same rows and state as
-        ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
-        (the same for every lease of this receive, ``_watch_lease_due``) is done once."""
-        t, due, now = self.t, self.due, self.now
-        number = t.lease_counter
-        t.lease_counter = number + 1
-        lease = Lease(LEASED, lane, due, 1, now, number)
-        heappush(t.row_heap, seq)
-        heappush(t.lease_heap, seq)
-        t.leases[seq] = lease
-        qid, tid, store = self.q.id, t.id, self.store
-        batch_put = store.batch.put
-        batch_put(keys.lease_key(qid, tid, seq), lease.encode(), store.leases_h)
-        store.pending += 1
-        t.due_index.add_new(due, seq)
-        if not self._due_watched:
-            self._due_watched = True
-            self.engine._watch_lease_due(self.q, t, due)
-        self.out.append(Delivery(value[PREFIX_SIZE:], self.issue(qid, tid, lane, seq, number),
-                                 1, now, due))
-
-
-    def _active_again(self) -> None:
-        """Merge expired leases (``due_index``) and ended delays, by (time Active, seq).
-
-        Each source is walked only when something in it can be due: ``t.min_due`` and
-        ``t.delay_hint`` are lower bounds of the next deadline in each, refreshed by the walk
-        itself (it reads one row past ``now`` and remembers its time)."""
-        q, t, store, now = self.q, self.t, self.store, self.now
-        timers = delays = None
-        if t.min_due <= now:
-            timers = t.due_index.walk(t.min_due, now)
-        if t.delay_hint <= now:
-            lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
-            delays = Store.scan(store.delays, lower, keys.queue_bounds(q.id)[1])
-        log = store.log
-        kept_due = NEVER  # the first deadline met that stays (not leased now)
-        while len(self.out) < self.count and self.budget > 0:
-            timer = delay = None
-            if timers is not None:
-                timer = timers.current
-                if timer is None:  # every deadline left is after now
-                    self._timers_done(min(kept_due, now + 1))
-                    timers = None
-            if delays is not None:
-                if delays.valid():
-                    delay = keys.delay_key_decode(delays.key())[1:]
-                    if delay[0] > now:
-                        self._delays_done(delay[0])
-                        delays = delay = None
-                else:
-                    self._delays_done(NEVER)
-                    delays = None
-            if timer is None and delay is None:
-                return
-            self.budget -= 1
-            if delay is None or (timer is not None and timer <= delay):
-                due, seq = timer
-                timers.next()  # type: ignore[union-attr]
-                lease = t.leases.get(seq)
-                if lease is None or lease.state != LEASED or lease.due != due:
-                    if not self.dry_run:  # left behind by a change of its lease: drop it now
-                        t.due_index.discard(due, seq)
-                    continue
-                lane = lease.lane
-                value = log.get(keys.log_key(q.id, lane, seq)) if seq >= q.gone_seq else None
-                if value is None:
-                    continue
-                topic_id = PREFIX.unpack_from(value)[2]
-                if 0 < topic_id < DEAD_MARK and (t.locked.get(topic_id, seq) != seq
-                                                 or topic_id in self.topics_taken):
-                    kept_due = min(kept_due, due)
-                    continue  # waits behind the Inflight head of its topic
-                if not self._fits(value):
-                    return
-                self._lease(seq, lane, value, lease)
-            else:
-                visible, seq = delay
-                lane = delays.value()[0]  # type: ignore[union-attr]
-                handled = t.rewind_handled(visible, seq)
-                if seq >= q.gone_seq and seq not in t.leases and not handled:
-                    value = log.get(keys.log_key(q.id, lane, seq))
-                    if value is not None and self._admit(seq, value):
-                        if not self._fits(value):
-                            return
-                        self._lease(seq, lane, value, None)
-                delays.next()  # type: ignore[union-attr]
-                if not self.dry_run:
-                    t.delay_vt, t.delay_seq = visible, seq
-                    self.tag_moved = True
-
-    def _timers_done(self, next_due: int) -> None:
-        """The deadline walk reached ``now``: nothing is due before ``next_due`` nor before the
-        leases this receive made (due after ``now``)."""
-        if not self.dry_run:
-            self.t.min_due = min(next_due, self.due) if self.out else next_due
-
-    def _delays_done(self, next_visible: int) -> None:
-        if not self.dry_run:
-            self.t.delay_hint = next_visible
-
-    def _never_delivered(self) -> None:
-        """Lane cursors, highest priority first; delayed records are stepped over."""
-        q, t, store = self.q, self.t, self.store
-        unpack, log_seq, leases = PREFIX.unpack_from, keys.log_seq, t.leases
-        out, count = self.out, self.count
-        for lane in q.lanes_used:
-            if len(out) >= count or self.budget <= 0:
-                return
-            tail = q.lane_tail[lane]
-            start = max(t.cursors[lane], q.gone_seq, t.start_seq)
-            if start > tail:
-                continue
-            lower, upper = keys.log_lane_bounds(q.id, lane, start)
-            it = Store.scan(store.log, lower, upper)
-            valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
-            # A plain message (no topic) that every message of the tag's scope passes is
-            # admitted without the general gate.
-            plain_scope = t.filter is None
-            while valid() and len(out) < count and self.budget > 0:
-                value = value_of()
-                enqueue_ms, visible_ms, topic_id, _ = unpack(value)
-                self.budget -= 1
-                if visible_ms == enqueue_ms:
-                    seq = log_seq(key_of())
-                    if seq not in leases and (
-                            (plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
-                             and seq >= t.start_seq) or self._admit(seq, value)):
-                        if not self._fits(value):
-                            break
-                        if topic_id == 0 and not self.dry_run:
-                            self._lease_new(seq, lane, value)
-                        else:
-                            self._lease(seq, lane, value, None)
-                step()
-            if self.dry_run:
-                continue
-            cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \
-                else (keys.log_seq(it.key()) if it.valid() else tail + 1)
-            if cursor != t.cursors[lane]:
-                t.cursors[lane] = cursor
-                self.tag_moved = True

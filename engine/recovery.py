@@ -36,6 +36,8 @@ from .store import Store
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from .counters import Counters
+    from .grants import Grants
     from .state import QueueState
 
 log = logging.getLogger("lamina.engine")
@@ -72,10 +74,9 @@ class StoreRecovery:
         _store: Store
         _queues: dict[int, QueueState]
         _queue_names: dict[str, int]
-        _dirty_counters: set[tuple[int, int, int]]
-        _grant_cache: Any
+        _counters: Counters
+        _grants: Grants
         _topic_ids: Any
-        _counter_cache: Any
         _next_queue_id: int
         _next_tag_id: int
 
@@ -100,8 +101,9 @@ class StoreRecovery:
 
     def _reload(self, queue_ids: Iterable[int]) -> None:
         """Rebuild the given queues (and the caches of shared rows) from the store."""
-        self._dirty_counters.clear()
-        self._grant_cache = self._topic_ids = self._counter_cache = None
+        self._counters.reset()
+        self._grants.reset()
+        self._topic_ids = None
         meta = self._store.meta
         ids = meta.get(keys.META_IDS)
         self._next_queue_id, self._next_tag_id = (

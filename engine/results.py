@@ -30,17 +30,18 @@ class _Plain:
     __slots__ = ()
 
     def _fields(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__ if name[0] != "_")
+        names: tuple[str, ...] = self.__slots__
+        return tuple(getattr(self, name) for name in names if name[0] != "_")
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._fields() == self._fields()  # type: ignore
+        return type(other) is type(self) and other._fields() == self._fields()
 
     def __hash__(self) -> int:
         return hash(self._fields())
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__
-                           if name[0] != "_")
+        names: tuple[str, ...] = self.__slots__
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in names if name[0] != "_")
         return f"{type(self).__name__}({fields})"
 
 

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 
 from . import keys
+from .deadletter import DeadLetterOps
 from .errors import RewindDisabled, RewindOutOfRange
 from .results import Rewound
 from .state import LEASED, QueueState, TagState
-from .topics import TopicOps
 from .validation import check_time_ms
 
 NO_SEQ = 1 << 63  # above every seq: a delay position before every entry of the next ms
 
 
-class RewindOps(TopicOps):
+class RewindOps(DeadLetterOps):
     """Needs ``_check`` from the engine."""
 
     def rewind(self, queue: str, time: int, tag: str | None = None, *,
@@ -35,7 +35,7 @@ class RewindOps(TopicOps):
         """Make everything a tag (or every tag) received from ``time`` on never-delivered
         again, except what is Inflight now."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             targets = [self._tag(q, tag)] if tag is not None else \
                 sorted(q.tags.values(), key=lambda t: t.name.lower())
@@ -65,12 +65,12 @@ class RewindOps(TopicOps):
         for seq, lease in list(t.leases.items()):
             if seq < from_seq:
                 continue
-            if lease.state == LEASED and lease.due > now:
+            if lease.state == LEASED and lease.due_ms > now:
                 kept.add(seq)
                 continue
             del t.leases[seq]
             if lease.state == LEASED:
-                t.due_index.discard(lease.due, seq)
+                t.due_index.discard(lease.due_ms, seq)
         # One range delete (the rows on disk only too: state.py ENDED_DELETED), then the
         # Inflight rows again: O(in-flight), not O(messages).
         store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, from_seq),

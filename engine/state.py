@@ -44,22 +44,24 @@ NO_DELAYED = 1 << 63  # QueueState.delayseq_from when no tag holds a delayed mes
 # dead-letter copy and names the tag it died under (so redrive never decodes other records).
 DEAD_MARK = 0x80000000
 DEFAULT_LANE = 8
+DEFAULT_TAG = "default"  # the tag every queue has, and receives use when they name none
 
 class Lease:
     """One tag's lease state for one message (a row of the ``leases`` family)."""
 
-    __slots__ = ("state", "lane", "due", "count", "first", "number")
+    __slots__ = ("state", "lane", "due_ms", "count", "first_ms", "number")
 
-    def __init__(self, state: int, lane: int, due: int, count: int, first: int, number: int):
+    def __init__(self, state: int, lane: int, due_ms: int, count: int, first_ms: int,
+                 number: int):
         self.state = state
         self.lane = lane
-        self.due = due
+        self.due_ms = due_ms
         self.count = count
-        self.first = first
+        self.first_ms = first_ms
         self.number = number
 
     def encode(self) -> bytes:
-        return _LEASE.pack(self.state, self.lane, self.due, self.count, self.first, self.number)
+        return _LEASE.pack(self.state, self.lane, self.due_ms, self.count, self.first_ms, self.number)
 
     #: ``encode`` of a row that is never an object in memory (ENDED_DELETED).
     pack = staticmethod(_LEASE.pack)
@@ -79,10 +81,10 @@ class Segment:
     first_ms: int
     last_ms: int
     count: int
-    bytes: int
+    size_bytes: int
 
     def encode(self) -> bytes:
-        return _SEGMENT.pack(self.last_seq, self.first_ms, self.last_ms, self.count, self.bytes)
+        return _SEGMENT.pack(self.last_seq, self.first_ms, self.last_ms, self.count, self.size_bytes)
 
     @classmethod
     def decode(cls, first_seq: int, value: bytes) -> Segment:
@@ -107,11 +109,11 @@ class TagState:
 
     __slots__ = (
         "id", "name", "start_ms", "start_seq", "filter", "created", "cursors", "delay_vt",
-        "delay_seq", "lease_counter", "leases", "next_wake", "locked", "heads", "expiry_due",
+        "delay_seq", "lease_counter", "leases", "next_wake_ms", "locked", "heads", "expiry_due_ms",
         "expiry_seq", "lease_heap", "dead_heap", "rewind_seq", "rewind_vt", "rewind_dseq",
         "rewind_older",
         "parked_topics",
-        "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due", "delay_hint",
+        "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due_ms", "delay_hint",
         "head_heap", "due_index",
     )
 
@@ -128,10 +130,10 @@ class TagState:
         self.delay_seq = 0
         self.lease_counter = 0
         self.leases: dict[int, Lease] = {}
-        self.next_wake = -1  # the lease deadline registered for wake-ups, -1 none
+        self.next_wake_ms = -1  # the lease deadline registered for wake-ups, -1 none
         self.locked: dict[int, int] = {}
         self.heads: dict[int, int] = {}
-        self.expiry_due = 0
+        self.expiry_due_ms = 0
         self.expiry_seq = 0
         # Min-heaps (lazy: entries whose row changed are dropped when met) of the seqs of
         # LEASED rows and of ENDED_DEAD rows, for the watermark floor.
@@ -152,7 +154,7 @@ class TagState:
         # topic -> (limit, delay_vt, delay_seq) from when a message of it came back out of
         # turn (redrive): its successors below ``limit`` that had no row and were passed then
         # (delayed ones: taken by that delay position) were delivered and deleted in their
-        # turn, so they are Ended, not parked (``TopicOps._ended_in_turn``).
+        # turn, so they are Ended, not parked (``scope.ended_in_turn``).
         self.topic_ended: dict[int, tuple[int, int, int]] = {}
         # Topics with successors a cursor or the delay index passed while they were parked:
         # when a head ends and its next successor is still pending, the topic stays locked on
@@ -161,7 +163,7 @@ class TagState:
         self.stats_cache: tuple[int, int, int] | None = None  # (when, active, parked)
         # Lower bounds of the next lease deadline and of the next delay end past the
         # delay position: a receive walks a source only once they are <= now.
-        self.min_due = 0
+        self.min_due_ms = 0
         self.delay_hint = 0
         # The LEASED leases by (due_ms, seq): the "Active again" order (dueindex.py).
         self.due_index = DueIndex()
@@ -231,13 +233,13 @@ class TagState:
 
     def encode_cursors(self) -> bytes:
         return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,
-                             self.lease_counter, self.expiry_due, self.expiry_seq,
+                             self.lease_counter, self.expiry_due_ms, self.expiry_seq,
                              self.rewind_seq, self.rewind_vt, self.rewind_dseq)
 
     def decode_cursors(self, value: bytes) -> None:
         fields = _CURSORS.unpack(value)
         self.cursors = [0, *fields[:LANES]]
-        (self.delay_vt, self.delay_seq, self.lease_counter, self.expiry_due,
+        (self.delay_vt, self.delay_seq, self.lease_counter, self.expiry_due_ms,
          self.expiry_seq, self.rewind_seq, self.rewind_vt, self.rewind_dseq) = fields[LANES:]
 
 
@@ -264,8 +266,8 @@ class QueueState:
     tags: dict[int, TagState] = field(default_factory=dict)
     tag_names: dict[str, int] = field(default_factory=dict)  # lower-cased name -> tag id
     delayseq_from: int = 0           # no tag holds a delayseq entry below it (NO_DELAYED: none)
-    next_delay_wake: int = -1        # earliest pending delay end registered for wake-ups
-    next_expiry: int = -1            # earliest lease deadline registered for dead-letter moves
+    next_delay_wake_ms: int = -1     # earliest pending delay end registered for wake-ups
+    next_expiry_ms: int = -1         # earliest lease deadline registered for dead-letter moves
 
     def definition(self) -> dict[str, Any]:
         return {"name": self.name, "attributes": self.attributes, "created": self.created}

@@ -17,6 +17,7 @@ from typing import Iterator
 
 from rocksdict import (
     AccessType,
+    ColumnFamily,
     DBCompressionType,
     Options,
     ReadOptions,
@@ -135,6 +136,27 @@ class RangeReader:
 class Store:
     """Column families plus the pending write batch."""
 
+    # One attribute per column family (``COLUMN_FAMILIES``), set when the store opens: the
+    # family to read, and its handle to write in the batch.
+    meta: Rdict
+    meta_h: ColumnFamily
+    log: Rdict
+    log_h: ColumnFamily
+    time: Rdict
+    time_h: ColumnFamily
+    segments: Rdict
+    segments_h: ColumnFamily
+    delays: Rdict
+    delays_h: ColumnFamily
+    delayseq: Rdict
+    delayseq_h: ColumnFamily
+    topics: Rdict
+    topics_h: ColumnFamily
+    tags: Rdict
+    tags_h: ColumnFamily
+    leases: Rdict
+    leases_h: ColumnFamily
+
     def __init__(self, path: Path, *, read_only: bool = False, secondary: Path | None = None):
         self.path = path
         column_families = {name: _options(name) for name in COLUMN_FAMILIES}
@@ -176,17 +198,17 @@ class Store:
 
     # -- the write path -------------------------------------------------------------------
 
-    def put(self, handle: object, key: bytes, value: bytes) -> None:
+    def put(self, handle: ColumnFamily, key: bytes, value: bytes) -> None:
         self.batch.put(key, value, handle)
         self.pending += 1
         self.written.append(key)
 
-    def delete(self, handle: object, key: bytes) -> None:
+    def delete(self, handle: ColumnFamily, key: bytes) -> None:
         self.batch.delete(key, handle)
         self.pending += 1
         self.written.append(key)
 
-    def delete_range(self, handle: object, begin: bytes, end: bytes) -> None:
+    def delete_range(self, handle: ColumnFamily, begin: bytes, end: bytes) -> None:
         self.batch.delete_range(begin, end, handle)
         self.pending += 1
         self.written.append(begin)
@@ -205,6 +227,12 @@ class Store:
         self.batch = WriteBatch(raw_mode=True)
         self.pending = 0
         self.written = []
+
+    def catch_up(self) -> None:
+        """A secondary store: see the primary's latest writes (the reusable readers, which
+        read the state of their creation, go)."""
+        self._readers.clear()
+        self.db.try_catch_up_with_primary()
 
     def sync_wal(self) -> None:
         """Sync the WAL to stable storage. Releases the GIL: run it in a worker thread."""

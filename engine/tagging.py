@@ -7,10 +7,9 @@ from typing import Any
 
 
 from . import keys
-from .core import DEFAULT_TAG
 from .errors import InvalidArgument, TagAlreadyExists, TooManyTags
 from .results import TagInfo
-from .state import QueueState, TagState
+from .state import DEFAULT_TAG, QueueState, TagState
 from .topics import TopicOps, check_filter
 from .validation import check_name, check_time_ms
 
@@ -27,7 +26,7 @@ class TagOps(TopicOps):
         ``"oldest"`` = everything retained, ``"now"`` = exactly what is sent from now on)
         that pass ``filter``. Start and filter are fixed at creation."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             check_name(tag, "tag")
             flt = check_filter(filter)
@@ -69,7 +68,7 @@ class TagOps(TopicOps):
     def delete_tag(self, queue: str, tag: str, *, caller: str | None = None) -> None:
         """Drop a tag and its state (the ``default`` tag cannot be deleted)."""
         with self._operation() as now:
-            self._check(caller, "manage", queue)
+            self._grants.check(caller, "manage", queue)
             q = self._queue(queue)
             t = self._tag(q, tag)
             if t.name.lower() == DEFAULT_TAG:
@@ -82,16 +81,6 @@ class TagOps(TopicOps):
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id, t.id))
             del q.tags[t.id]
             del q.tag_names[t.name.lower()]
-            self._forget_counters(q.id, t.id)
+            self._counters.forget(q.id, t.id)
             self._advance(q, now)
             self._settle(q, now)
-
-    def list_tags(self, queue: str, *, caller: str | None = None) -> list[TagInfo]:
-        """Every tag of ``queue`` (ordered by lower-cased name) with its stats."""
-        with self._operation() as now:
-            self._check(caller, "peek", queue)
-            q = self._queue(queue)
-            self._advance(q, now)
-            self._settle(q, now)
-            return [TagInfo(t.name, t.start_ms, t.filter, t.created, self._tag_stats(q, t, now))
-                    for t in sorted(q.tags.values(), key=lambda t: t.name.lower())]

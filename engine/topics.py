@@ -27,22 +27,17 @@ production order. The rules, as the engine applies them:
 
 from __future__ import annotations
 
-import heapq
-import struct
 from collections import OrderedDict
 from typing import Any, Iterator
 
-import cbor2
-
 from . import keys
-from .counters import CounterOps
+from .core import EngineCore
 from .errors import InvalidArgument
-from .records import PREFIX_SIZE
+from .scope import TOPIC_VALUE, ended_in_turn, pending, topic_in_scope
 from .state import DEFAULT_LANE, LEASED, Lease, QueueState, TagState
 from .store import RangeReader
 from .validation import check_attribute_value
 
-_TOPIC_VALUE = struct.Struct(">QQ")
 TOPIC_CACHE_SIZE = 65536
 MAX_FILTER_ATTRIBUTES = 16
 
@@ -71,22 +66,7 @@ def check_filter(value: object) -> dict[str, Any] | None:
     return {"attributes": dict(attributes), "match": match}
 
 
-def filter_matches(filter: dict[str, Any], attributes: dict[str, Any] | None) -> bool:
-    """A value matches only an equal value of the same CBOR type; null means "present"."""
-    attributes = attributes or {}
-    results = []
-    for name, wanted in filter["attributes"].items():
-        if name not in attributes:
-            results.append(False)
-        elif wanted is None:
-            results.append(True)
-        else:
-            have = attributes[name]
-            results.append(type(have) is type(wanted) and have == wanted)
-    return all(results) if filter["match"] == "all" else any(results)
-
-
-class TopicOps(CounterOps):
+class TopicOps(EngineCore):
     """Scope checks and the topic gate, shared by every delivery path."""
 
     def _topic_cache(self) -> OrderedDict[tuple[int, str], int]:
@@ -126,65 +106,7 @@ class TopicOps(CounterOps):
                      visible_ms: int) -> None:
         store = self._store
         store.batch.put(keys.topic_key(q.id, topic_id, seq),
-                        _TOPIC_VALUE.pack(enqueue_ms, visible_ms), store.topics_h)
-
-    @staticmethod
-    def _in_scope(t: TagState, seq: int, enqueue_ms: int, record: bytes | None) -> bool:
-        """Whether tag ``t`` receives the message (start and filter; fixed at creation)."""
-        if seq < t.start_seq or enqueue_ms < t.start_ms:
-            return False
-        if t.filter is None:
-            return True
-        return filter_matches(t.filter, cbor2.loads(record)[2])  # type: ignore[arg-type]
-
-    def _record(self, q: QueueState, seq: int, lane: int = DEFAULT_LANE) -> bytes | None:
-        value = self._store.log.get(keys.log_key(q.id, lane, seq))
-        return None if value is None else value[PREFIX_SIZE:]
-
-    def _topic_in_scope(self, q: QueueState, t: TagState, seq: int, enqueue_ms: int) -> bool:
-        if seq < t.start_seq or enqueue_ms < t.start_ms:
-            return False
-        return t.filter is None or self._in_scope(t, seq, enqueue_ms, self._record(q, seq))
-
-    def _pending(self, q: QueueState, t: TagState, seq: int, enqueue_ms: int,
-                 visible_ms: int) -> bool:
-        """Whether an in-scope message without a lease row is not Ended for ``t``: a delayed
-        one not yet taken from the delay index, or one its lane cursor has not reached."""
-        if visible_ms != enqueue_ms:
-            return not t.delay_taken(visible_ms, seq)
-        return seq >= t.cursors[DEFAULT_LANE]
-
-    def _topic_gate(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> bool:
-        """Whether ``seq`` (in scope, of ``topic_id``) may be leased now: no earlier message of
-        its topic in the tag's scope is still not Ended. If one is, the earliest such is the
-        topic's head, and remembered as such.
-
-        Walking back, a message delivered and deleted in its turn (no row, passed, not
-        pending) ends the walk: everything before it had ended when it was leased. Rows
-        ended out of turn (delete_by_id) do not."""
-        head = t.locked.get(topic_id)
-        if head is not None:
-            return head == seq
-        earliest = None
-        lower = keys.topic_key(q.id, topic_id, max(q.gone_seq, t.start_seq))
-        upper = keys.topic_key(q.id, topic_id, seq)
-        for key, value in self._topic_reader(q).backward(lower, upper):
-            previous = keys.topic_key_decode(key)[2]
-            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
-            if self._topic_in_scope(q, t, previous, enqueue_ms):
-                lease = t.leases.get(previous)
-                if lease is not None:
-                    if lease.state == LEASED:
-                        earliest = previous
-                        break
-                elif self._pending(q, t, previous, enqueue_ms, visible_ms):
-                    earliest = previous
-                else:
-                    break
-        if earliest is None:
-            return True
-        t.lock(topic_id, earliest)
-        return False
+                        TOPIC_VALUE.pack(enqueue_ms, visible_ms), store.topics_h)
 
     def _topic_messages(self, q: QueueState, t: TagState, topic_id: int, first: int,
                         end: int | None = None) -> Iterator[tuple[int, int, int]]:
@@ -195,8 +117,8 @@ class TopicOps(CounterOps):
                  else keys.topic_key(q.id, topic_id, end))
         for key, value in self._topic_reader(q).forward(lower, upper):
             seq = keys.topic_key_decode(key)[2]
-            enqueue_ms, visible_ms = _TOPIC_VALUE.unpack(value)
-            if self._topic_in_scope(q, t, seq, enqueue_ms):
+            enqueue_ms, visible_ms = TOPIC_VALUE.unpack(value)
+            if topic_in_scope(self._store, q, t, seq, enqueue_ms):
                 yield seq, enqueue_ms, visible_ms
 
     def _topic_parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
@@ -218,7 +140,7 @@ class TopicOps(CounterOps):
         for seq, enqueue_ms, visible_ms in self._topic_messages(q, t, topic_id, t.start_seq):
             lease = t.leases.get(seq)
             if (lease is not None and lease.state == LEASED) or (
-                    lease is None and self._pending(q, t, seq, enqueue_ms, visible_ms)):
+                    lease is None and pending(t, seq, enqueue_ms, visible_ms)):
                 t.lock(topic_id, seq)
                 return
         self._topic_unparked(q, t, topic_id)
@@ -237,7 +159,7 @@ class TopicOps(CounterOps):
         if head <= seq:
             return
         lease = t.leases.get(head)
-        if lease is not None and lease.state == LEASED and lease.due > now:
+        if lease is not None and lease.state == LEASED and lease.due_ms > now:
             t.topic_from[topic_id] = min(t.topic_from.get(topic_id, seq), seq)
             self._save_tag_definition(q, t)
             self._watch_lapse(q, t, topic_id)
@@ -259,16 +181,6 @@ class TopicOps(CounterOps):
             limit = max(limit, old[0])
         t.topic_ended[topic_id] = (limit, t.delay_vt, t.delay_seq)
         self._save_tag_definition(q, t)
-
-    @staticmethod
-    def _ended_in_turn(t: TagState, topic_id: int, seq: int, enqueue_ms: int,
-                       visible_ms: int) -> bool:
-        """Whether ``seq`` (of ``topic_id``, no row, passed) is Ended: marked so by
-        ``_mark_ended_in_turn``. Else it was parked."""
-        mark = t.topic_ended.get(topic_id)
-        if mark is None or seq >= mark[0]:
-            return False
-        return visible_ms == enqueue_ms or (visible_ms, seq) <= (mark[1], mark[2])
 
     def _topic_from_ended(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> None:
         """``seq``, the first message of ``topic_id`` waiting behind its Inflight head
@@ -293,8 +205,8 @@ class TopicOps(CounterOps):
         the head's lease deadline checked (``EngineCore._apply_due_lapses``)."""
         head = t.locked.get(topic_id)
         lease = t.leases.get(head) if head is not None else None
-        if lease is not None and lease.state == LEASED:
-            heapq.heappush(self._lapse_heap, (lease.due, q.id, t.id, head))
+        if head is not None and lease is not None and lease.state == LEASED:
+            self._deadlines.watch_lapse(q, t, head, lease.due_ms)
 
     def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
                            at: int) -> None:
@@ -309,12 +221,12 @@ class TopicOps(CounterOps):
             lease = t.leases.get(earlier)
             if lease is not None and lease.state != LEASED:
                 continue  # Ended
-            if lease is None and not self._pending(q, t, earlier, enqueue_ms, visible_ms) \
-                    and self._ended_in_turn(t, topic_id, earlier, enqueue_ms, visible_ms):
+            if lease is None and not pending(t, earlier, enqueue_ms, visible_ms) \
+                    and ended_in_turn(t, topic_id, earlier, enqueue_ms, visible_ms):
                 continue
             t.unlock(topic_id)
             t.lock(topic_id, earlier)
-            if lease is None and not self._pending(q, t, earlier, enqueue_ms, visible_ms):
+            if lease is None and not pending(t, earlier, enqueue_ms, visible_ms):
                 # Passed by its cursor (or the delay index) while it waited: Active again.
                 self._lease_saved(q, t, earlier, Lease(LEASED, DEFAULT_LANE, at, 0, 0, 0), None)
                 self._notify(q)
@@ -341,16 +253,16 @@ class TopicOps(CounterOps):
             if lease is not None:
                 if lease.state == LEASED:
                     t.lock(topic_id, successor)
-                    if lease.due < now:
+                    if lease.due_ms < now:
                         # Active again, but it waited behind this head (a redriven or rewound
                         # message came back before it): Active from the head's end, like a
                         # parked successor (DESIGN.md §2 "Delivery order").
-                        old_due, lease.due = lease.due, now
+                        old_due, lease.due_ms = lease.due_ms, now
                         self._lease_saved(q, t, successor, lease, old_due)
                         self._notify(q)
                     return
                 continue  # ended ahead of its turn
-            if self._pending(q, t, successor, enqueue_ms, visible_ms):
+            if pending(t, successor, enqueue_ms, visible_ms):
                 # A cursor or the delay index brings it; the gate lets it through then (its
                 # predecessor has ended). Nothing to remember meanwhile (memory stays with
                 # what is in flight, not with the backlog or the number of topics) unless
@@ -358,7 +270,7 @@ class TopicOps(CounterOps):
                 if topic_id in t.parked_topics:
                     t.lock(topic_id, successor)
                 return
-            if self._ended_in_turn(t, topic_id, successor, enqueue_ms, visible_ms):
+            if ended_in_turn(t, topic_id, successor, enqueue_ms, visible_ms):
                 continue  # delivered and deleted before an earlier one came back
             # Parked (passed by a cursor or the delay index): Active again from now, ordered
             # by this time (DESIGN.md §2 "Delivery order"), never delivered (count 0).

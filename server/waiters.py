@@ -26,7 +26,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
-from lamina.engine.core import DEFAULT_TAG
+from lamina.engine.state import DEFAULT_TAG
 
 __all__ = ["WaitOwner", "Waiter", "WaitingReceives", "tag_key"]
 

@@ -203,7 +203,7 @@ def _queues(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
             "queue": q.name, "id": q.id, "messages": q.next_seq - q.gone_seq,
             "next_seq": q.next_seq, "gone_seq": q.gone_seq, "expired_seq": q.expired_seq,
             "purge_seq": q.purge_seq, "segments": len(q.segments),
-            "bytes": sum(s.bytes for s in live),
+            "bytes": sum(s.size_bytes for s in live),
             "oldest": q.segments[0].first_ms if q.segments else None,
             "newest": q.segments[-1].last_ms if q.segments else None,
             "lanes": q.lanes_used, "tags": sorted(t.name for t in q.tags.values()),
@@ -227,7 +227,7 @@ def _segments(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
     for s in q.segments:
         rows.append({
             "first_seq": s.first_seq, "last_seq": s.last_seq, "count": s.count,
-            "bytes": s.bytes, "first_ms": s.first_ms, "last_ms": s.last_ms,
+            "bytes": s.size_bytes, "first_ms": s.first_ms, "last_ms": s.last_ms,
             "retained": max(0, s.last_seq + 1 - max(s.first_seq, q.gone_seq)),
         })
     if not args.json:
@@ -248,7 +248,7 @@ def _tags(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
         counts = {"inflight": 0, "active_again": 0, "ended_ahead": 0, "dead": 0}
         for _, lease in snapshot.leases(q, t):
             if lease.state == LEASED:
-                counts["inflight" if lease.due > now else "active_again"] += 1
+                counts["inflight" if lease.due_ms > now else "active_again"] += 1
             elif lease.state == ENDED_AHEAD:
                 counts["ended_ahead"] += 1
             elif lease.state == ENDED_DEAD:
@@ -287,14 +287,14 @@ def _leases(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
                 "tag": t.name, "seq": seq, "id": message_id(q.id, seq, lease.lane),
                 "state": _LEASE_STATES.get(lease.state, str(lease.state)),
                 "lane": lease.lane, "dequeue_count": lease.count,
-                "first_dequeue_time": lease.first or None,
+                "first_dequeue_time": lease.first_ms or None,
             }
             if lease.state == LEASED:
-                row["state"] = "inflight" if lease.due > now else "active_again"
-                row.update(due=lease.due, lease_number=lease.number)
+                row["state"] = "inflight" if lease.due_ms > now else "active_again"
+                row.update(due=lease.due_ms, lease_number=lease.number)
             elif lease.state == ENDED_DEAD:
-                dlq = snapshot.queue_by_id(lease.due)
-                row.update(dlq=dlq.name if dlq else lease.due, dlq_seq=lease.number)
+                dlq = snapshot.queue_by_id(lease.due_ms)
+                row.update(dlq=dlq.name if dlq else lease.due_ms, dlq_seq=lease.number)
             rows.append(row)
     if not args.json:
         for row in rows:

@@ -43,18 +43,8 @@ from lamina.engine import keys
 from lamina.engine.clock import wall_clock_ms
 from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.errors import QueueNotFound, TagNotFound
-from lamina.engine.records import PREFIX
-from lamina.engine.state import (
-    DEAD_MARK,
-    DEFAULT_LANE,
-    ENDED_DELETED,
-    LANE_RANGE,
-    LEASED,
-    Lease,
-    QueueState,
-    Segment,
-    TagState,
-)
+from lamina.engine.loading import headed_topic, lease_rows, read_queue, tag_definitions
+from lamina.engine.state import ENDED_DELETED, LEASED, Lease, QueueState, Segment, TagState
 from lamina.engine.store import Store
 
 __all__ = ["Snapshot", "SnapshotError"]
@@ -135,7 +125,7 @@ class Snapshot:
                 prefix=f"{_SECONDARY_PREFIX}{os.getpid()}-"))
             try:
                 self.store = Store(self._db_path, secondary=self.secondary_dir)
-                self.store.db.try_catch_up_with_primary()
+                self.store.catch_up()
             except Exception:
                 self._remove_secondary()
                 raise
@@ -162,7 +152,7 @@ class Snapshot:
             self._open()
         else:
             self._refuse_blobs()
-            self.store.db.try_catch_up_with_primary()
+            self.store.catch_up()
             self.opened_ms = wall_clock_ms()
             self._check_version()
 
@@ -212,30 +202,14 @@ class Snapshot:
         return self._queues
 
     def _load_queue(self, queue_id: int, definition: dict[str, Any]) -> QueueState | None:
-        """Like ``EngineCore._load_queue`` (engine/core.py), reading only."""
+        """As the engine reads a queue at open (``lamina.engine.loading``), reading only."""
         store = self.store
         watermarks = store.meta.get(keys.watermarks_key(queue_id))
         if watermarks is None:
             return None  # a queue definition without watermarks: ``verify`` reports it
-        q = QueueState(queue_id, definition["name"], definition["attributes"],
-                       definition["created"])
-        q.decode_watermarks(watermarks)
-        for lane in LANE_RANGE:
-            lower, upper = keys.log_lane_bounds(queue_id, lane)
-            it = Store.scan(store.log, lower, upper, last=True)
-            if it.valid():
-                q.lane_tail[lane] = keys.log_seq(it.key())
-                q.lanes_used.append(lane)
-        lower, upper = keys.queue_bounds(queue_id)
-        for key, value in Store.items(store.segments, lower, upper):
-            q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
-        if q.segments:
-            q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
-        tag_lower, tag_upper = keys.tag_def_bounds(queue_id)
-        for key, value in Store.items(store.meta, tag_lower, tag_upper):
-            tag_id = keys.tag_def_ids(key)[1]
-            definition = cbor2.loads(value)
-            t = TagState.from_definition(tag_id, definition)[0]
+        q = read_queue(store, queue_id, watermarks=watermarks, definition=definition)
+        for tag_id, tag_definition in tag_definitions(store, queue_id):
+            t = TagState.from_definition(tag_id, tag_definition)[0]
             cursors = store.tags.get(keys.tag_key(queue_id, tag_id))
             if cursors is not None:
                 t.decode_cursors(cursors)
@@ -265,23 +239,19 @@ class Snapshot:
 
     def leases(self, q: QueueState, t: TagState) -> Iterator[tuple[int, Lease]]:
         """``(seq, lease)`` of every lease row of the tag, by seq."""
-        lower, upper = keys.tag_scope_bounds(q.id, t.id)
-        for key, value in Store.items(self.store.leases, lower, upper):
-            yield keys.lease_key_decode(key)[2], Lease.decode(value)
+        return lease_rows(self.store, q.id, t.id)
 
     def load_leases(self, q: QueueState, t: TagState) -> None:
-        """Fill ``t.leases`` (and ``t.locked``, the topic heads) as ``EngineCore._load_tag``
-        does at open: the lowest LEASED row of a topic in the default lane heads it."""
+        """Fill ``t.leases`` (and ``t.locked``, the topic heads) as the engine does at open."""
         t.leases = {}
         t.locked, t.heads = {}, {}
         for seq, lease in self.leases(q, t):
             if lease.state == ENDED_DELETED:
                 continue  # on disk only, for peek (engine/state.py)
             t.leases[seq] = lease
-            if lease.state == LEASED and lease.lane == DEFAULT_LANE:
-                stored = self.store.log.get(keys.log_key(q.id, lease.lane, seq))
-                topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
-                if 0 < topic_id < DEAD_MARK and topic_id not in t.locked:
+            if lease.state == LEASED:
+                topic_id = headed_topic(self.store, q, t, seq, lease)
+                if topic_id:
                     t.lock(topic_id, seq)
 
     # -- the log ------------------------------------------------------------------------------

@@ -423,9 +423,9 @@ class _QueueCheck:
                 if topic_id or topic is not None or dead is not None or (
                         attributes is not None and type(attributes) is not dict):
                     self._check_rare_fields(seq, lane, topic_id, topic, dead, attributes)
-        if rows != segment.count or total_bytes != segment.bytes:
+        if rows != segment.count or total_bytes != segment.size_bytes:
             found(DAMAGE, "segment.summary", f"segment {first}",
-                  f"table says {segment.count} messages / {segment.bytes} bytes, the log "
+                  f"table says {segment.count} messages / {segment.size_bytes} bytes, the log "
                   f"holds {rows} / {total_bytes}")
         missing = ms_of.count(-1)
         if missing:

@@ -371,4 +371,4 @@ def test_deadline_registrations_do_not_grow_with_leases(engine, q):
     engine.send(q, [b"m"] * 500)
     for _ in range(50):
         engine.receive(q, max=10)
-    assert len(engine._wake_heap) <= 2
+    assert len(engine._deadlines.wake_heap) <= 2

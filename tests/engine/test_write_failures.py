@@ -135,7 +135,7 @@ def test_closing_an_engine_whose_store_failed_does_not_raise(engine: Engine,
     break_store(engine)
     with pytest.raises(Unavailable):
         engine.send("q", [b"refused"])
-    engine._dirty_counters.add((1, 0, 0))  # something pending at close
+    engine._counters.dirty.add((1, 0, 0))  # something pending at close
     engine.close()
     reopened = open_engine()
     assert [d.body for d in reopened.receive("q")] == [b"kept"]

@@ -141,7 +141,7 @@ def _log_row_outside(store: Store) -> None:  # a row past the last segment
 def _lease_without_message(store: Store) -> None:
     tag, _, lease = a_leased_row(store)
     store.put(store.leases_h, keys.lease_key(ORDERS, tag, 30), Lease(
-        LEASED, 2, lease.due, 1, START_MS, 99).encode())  # seq 30 is in lane 8, not 2
+        LEASED, 2, lease.due_ms, 1, START_MS, 99).encode())  # seq 30 is in lane 8, not 2
 
 
 def _unknown_queue(store: Store) -> None:

@@ -1,0 +1,252 @@
+"""The lessor: one receive (or, dry, the default peek) walking a tag's sources in delivery
+order — Active-again leases by deadline, then never-delivered messages by priority lane and
+delayed ones by visibility — and leasing what it may return (DESIGN.md §3 "Delivery order")."""
+
+from __future__ import annotations
+
+from heapq import heappush
+from typing import Any
+
+from . import keys
+from .records import PREFIX, PREFIX_SIZE
+from .results import Delivery, Peeked
+from .scope import in_scope, topic_gate
+from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
+from .store import Store
+from .topics import TopicOps
+
+EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
+NEVER = 1 << 63  # a time after every deadline
+
+
+class Lessor:
+    """One receive: walks the sources in delivery order and leases what it may return.
+
+    With ``dry_run`` (peek) it walks the same way and changes nothing: it returns ``Peeked``
+    entries for what a receive would lease now."""
+
+    def __init__(self, engine: TopicOps, q: QueueState, t: TagState, now: int,
+                 visibility_ms: int, count: int, max_bytes: int | None, dry_run: bool = False):
+        self.dry_run = dry_run
+        self.topics_taken: set[int] = set()
+        self.engine = engine
+        self.store = engine._store
+        self.q, self.t, self.now = q, t, now
+        self.due_ms = now + visibility_ms
+        self.count = count
+        self.room = max_bytes
+        self.budget = EXAMINE_LIMIT
+        self.out: list[Delivery | Peeked] = []
+        self.tag_moved = False
+        self.issue = engine._receipts.issue
+        self._due_watched = False  # watch_lease_due ran for this receive's due time
+
+    def run(self) -> list[Any]:
+        self._active_again()
+        if len(self.out) < self.count and self.budget > 0:
+            self._never_delivered()
+        if self.dry_run:
+            return self.out
+        if self.out or self.tag_moved:
+            self.store.put(self.store.tags_h, keys.tag_key(self.q.id, self.t.id),
+                           self.t.encode_cursors())
+        return self.out
+
+    def _fits(self, record: bytes) -> bool:
+        """Whether one more delivery of ``record`` stays within ``max_bytes``."""
+        if self.room is None:
+            return True
+        needed = len(record) + 64  # receipt and the small fields
+        if self.out and needed > self.room:
+            return False
+        self.room -= needed
+        return True
+
+    def _admit(self, seq: int, value: bytes) -> bool:
+        """Scope and topic gate for a message met by a cursor or the delay index: False means
+        pass it (out of scope: Ended for the tag; or parked behind its topic's head)."""
+        enqueue_ms, _, topic_id, _ = PREFIX.unpack_from(value)
+        t = self.t
+        if t.filter is not None or enqueue_ms < t.start_ms or seq < t.start_seq:
+            if not in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:]):
+                return False
+        if 0 < topic_id < DEAD_MARK:
+            if topic_id in self.topics_taken or not topic_gate(self.engine._store, self.q, t,
+                                                                          topic_id, seq):
+                if not self.dry_run and topic_id not in t.parked_topics:
+                    self.engine._topic_parked(self.q, t, topic_id)  # passed while parked
+                return False
+        return True
+
+    def _lease(self, seq: int, lane: int, value: bytes, lease: Lease | None) -> None:
+        t = self.t
+        topic_id = PREFIX.unpack_from(value)[2]
+        if 0 < topic_id < DEAD_MARK:
+            self.topics_taken.add(topic_id)
+        if self.dry_run:
+            self.out.append(Peeked(value[PREFIX_SIZE:], "active", lease.count if lease else 0,
+                                   (lease.first_ms or None) if lease else None, None))
+            return
+        number = t.lease_counter
+        t.lease_counter += 1
+        if lease is None:
+            lease = Lease(LEASED, lane, self.due_ms, 1, self.now, number)
+            old_due = None
+        else:
+            old_due = lease.due_ms
+            lease.count += 1
+            lease.due_ms = self.due_ms
+            lease.number = number
+            if not lease.first_ms:
+                lease.first_ms = self.now
+        if 0 < topic_id < DEAD_MARK:
+            t.lock(topic_id, seq)
+        self.engine._lease_saved(self.q, t, seq, lease, old_due)
+        receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
+        self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first_ms,
+                                 lease.due_ms))
+
+    def _lease_new(self, seq: int, lane: int, value: bytes) -> None:
+        """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
+        the first lease of ``seq`` for this tag. The same rows and state as
+        ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
+        (the same for every lease of this receive, ``Deadlines.watch_lease_due``) is done once."""
+        t, due, now = self.t, self.due_ms, self.now
+        number = t.lease_counter
+        t.lease_counter = number + 1
+        lease = Lease(LEASED, lane, due, 1, now, number)
+        heappush(t.row_heap, seq)
+        heappush(t.lease_heap, seq)
+        t.leases[seq] = lease
+        qid, tid, store = self.q.id, t.id, self.store
+        batch_put = store.batch.put
+        batch_put(keys.lease_key(qid, tid, seq), lease.encode(), store.leases_h)
+        store.pending += 1
+        t.due_index.add_new(due, seq)
+        if not self._due_watched:
+            self._due_watched = True
+            self.engine._deadlines.watch_lease_due(self.q, t, due)
+        self.out.append(Delivery(value[PREFIX_SIZE:], self.issue(qid, tid, lane, seq, number),
+                                 1, now, due))
+
+
+    def _active_again(self) -> None:
+        """Merge expired leases (``due_index``) and ended delays, by (time Active, seq).
+
+        Each source is walked only when something in it can be due: ``t.min_due_ms`` and
+        ``t.delay_hint`` are lower bounds of the next deadline in each, refreshed by the walk
+        itself (it reads one row past ``now`` and remembers its time)."""
+        q, t, store, now = self.q, self.t, self.store, self.now
+        timers = delays = None
+        if t.min_due_ms <= now:
+            timers = t.due_index.walk(t.min_due_ms, now)
+        if t.delay_hint <= now:
+            lower = keys.delay_key(q.id, t.delay_vt, t.delay_seq + 1)
+            delays = Store.scan(store.delays, lower, keys.queue_bounds(q.id)[1])
+        log = store.log
+        kept_due = NEVER  # the first deadline met that stays (not leased now)
+        while len(self.out) < self.count and self.budget > 0:
+            timer = delay = None
+            if timers is not None:
+                timer = timers.current
+                if timer is None:  # every deadline left is after now
+                    self._timers_done(min(kept_due, now + 1))
+                    timers = None
+            if delays is not None:
+                if delays.valid():
+                    delay = keys.delay_key_decode(delays.key())[1:]
+                    if delay[0] > now:
+                        self._delays_done(delay[0])
+                        delays = delay = None
+                else:
+                    self._delays_done(NEVER)
+                    delays = None
+            if timer is None and delay is None:
+                return
+            self.budget -= 1
+            if delay is None or (timer is not None and timer <= delay):
+                due, seq = timer  # type: ignore[misc]  # not None here
+                timers.next()  # type: ignore[union-attr]
+                lease = t.leases.get(seq)
+                if lease is None or lease.state != LEASED or lease.due_ms != due:
+                    if not self.dry_run:  # left behind by a change of its lease: drop it now
+                        t.due_index.discard(due, seq)
+                    continue
+                lane = lease.lane
+                value = log.get(keys.log_key(q.id, lane, seq)) if seq >= q.gone_seq else None
+                if value is None:
+                    continue
+                topic_id = PREFIX.unpack_from(value)[2]
+                if 0 < topic_id < DEAD_MARK and (t.locked.get(topic_id, seq) != seq
+                                                 or topic_id in self.topics_taken):
+                    kept_due = min(kept_due, due)
+                    continue  # waits behind the Inflight head of its topic
+                if not self._fits(value):
+                    return
+                self._lease(seq, lane, value, lease)
+            else:
+                visible, seq = delay
+                lane = delays.value()[0]  # type: ignore[union-attr]
+                handled = t.rewind_handled(visible, seq)
+                if seq >= q.gone_seq and seq not in t.leases and not handled:
+                    value = log.get(keys.log_key(q.id, lane, seq))
+                    if value is not None and self._admit(seq, value):
+                        if not self._fits(value):
+                            return
+                        self._lease(seq, lane, value, None)
+                delays.next()  # type: ignore[union-attr]
+                if not self.dry_run:
+                    t.delay_vt, t.delay_seq = visible, seq
+                    self.tag_moved = True
+
+    def _timers_done(self, next_due: int) -> None:
+        """The deadline walk reached ``now``: nothing is due before ``next_due`` nor before the
+        leases this receive made (due after ``now``)."""
+        if not self.dry_run:
+            self.t.min_due_ms = min(next_due, self.due_ms) if self.out else next_due
+
+    def _delays_done(self, next_visible: int) -> None:
+        if not self.dry_run:
+            self.t.delay_hint = next_visible
+
+    def _never_delivered(self) -> None:
+        """Lane cursors, highest priority first; delayed records are stepped over."""
+        q, t, store = self.q, self.t, self.store
+        unpack, log_seq, leases = PREFIX.unpack_from, keys.log_seq, t.leases
+        out, count = self.out, self.count
+        for lane in q.lanes_used:
+            if len(out) >= count or self.budget <= 0:
+                return
+            tail = q.lane_tail[lane]
+            start = max(t.cursors[lane], q.gone_seq, t.start_seq)
+            if start > tail:
+                continue
+            lower, upper = keys.log_lane_bounds(q.id, lane, start)
+            it = Store.scan(store.log, lower, upper)
+            valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
+            # A plain message (no topic) that every message of the tag's scope passes is
+            # admitted without the general gate.
+            plain_scope = t.filter is None
+            while valid() and len(out) < count and self.budget > 0:
+                value = value_of()
+                enqueue_ms, visible_ms, topic_id, _ = unpack(value)
+                self.budget -= 1
+                if visible_ms == enqueue_ms:
+                    seq = log_seq(key_of())
+                    if seq not in leases and (
+                            (plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
+                             and seq >= t.start_seq) or self._admit(seq, value)):
+                        if not self._fits(value):
+                            break
+                        if topic_id == 0 and not self.dry_run:
+                            self._lease_new(seq, lane, value)
+                        else:
+                            self._lease(seq, lane, value, None)
+                step()
+            if self.dry_run:
+                continue
+            cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \
+                else (keys.log_seq(it.key()) if it.valid() else tail + 1)
+            if cursor != t.cursors[lane]:
+                t.cursors[lane] = cursor
+                self.tag_moved = True

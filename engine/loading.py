@@ -1,0 +1,61 @@
+"""Reading a queue's state from the store: shared by the engine's open (and reloads after a
+failed write) and the offline tools, which read a data directory without an ``Engine``.
+
+What is read here is what the rows say; what the engine derives at open on top of it (wake-ups,
+dead-letter sources, parked topics, snapped cursors) stays in the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import cbor2
+
+from . import keys
+from .records import PREFIX
+from .state import DEAD_MARK, DEFAULT_LANE, LANE_RANGE, Lease, QueueState, Segment, TagState
+from .store import Store
+
+
+def read_queue(store: Store, queue_id: int, definition: dict[str, Any],
+               watermarks: bytes) -> QueueState:
+    """A queue from its definition and watermarks: its lane tails and segments (no tags)."""
+    q = QueueState(queue_id, definition["name"], definition["attributes"],
+                   definition["created"])
+    q.decode_watermarks(watermarks)
+    for lane in LANE_RANGE:
+        lower, upper = keys.log_lane_bounds(queue_id, lane)
+        it = Store.scan(store.log, lower, upper, last=True)
+        if it.valid():
+            q.lane_tail[lane] = keys.log_seq(it.key())
+            q.lanes_used.append(lane)
+    lower, upper = keys.queue_bounds(queue_id)
+    for key, value in Store.items(store.segments, lower, upper):
+        q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
+    if q.segments:
+        q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
+    return q
+
+
+def tag_definitions(store: Store, queue_id: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(tag id, definition) of every tag of the queue, by id."""
+    lower, upper = keys.tag_def_bounds(queue_id)
+    for key, value in Store.items(store.meta, lower, upper):
+        yield keys.tag_def_ids(key)[1], cbor2.loads(value)
+
+
+def lease_rows(store: Store, queue_id: int, tag_id: int) -> Iterator[tuple[int, Lease]]:
+    """``(seq, lease)`` of every lease row of the tag, by seq (ENDED_DELETED ones too)."""
+    lower, upper = keys.tag_scope_bounds(queue_id, tag_id)
+    for key, value in Store.items(store.leases, lower, upper):
+        yield keys.lease_key_decode(key)[2], Lease.decode(value)
+
+
+def headed_topic(store: Store, q: QueueState, t: TagState, seq: int, lease: Lease) -> int:
+    """The topic a LEASED row heads at open, or 0: the lowest leased message of a topic in
+    the default lane heads it (rows come in seq order, so the first one met)."""
+    if lease.lane != DEFAULT_LANE:
+        return 0
+    stored = store.log.get(keys.log_key(q.id, lease.lane, seq))
+    topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
+    return topic_id if 0 < topic_id < DEAD_MARK and topic_id not in t.locked else 0
