@@ -165,7 +165,9 @@ class SqsGateway:
                     return None, {}, b""  # idle, shutting down, or too slow to send a request
                 if deadline == math.inf:
                     deadline = trio.current_time() + REQUEST_READ_S
-                self.server.busy_poll.kick()  # the next request is often close behind
+                # No busy-poll kick: an HTTP client's next request comes far later than the
+                # polling window (an SDK spends hundreds of µs on each), so polling for it
+                # costs CPU and catches nothing.
                 connection.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
@@ -188,14 +190,17 @@ class SqsGateway:
 
     async def _send(self, stream: trio.abc.Stream, connection: h11.Connection,
                     response: Response, close: bool) -> None:
+        """One response, written with one send: h11 keeps the connection's state; headers
+        go to it as bytes (its fastest path), the body as is (Content-Length framing)."""
         status, headers, body = response
-        headers = [*headers, ("Content-Length", str(len(body)))]
+        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+        raw.append((b"Content-Length", b"%d" % len(body)))
         if close:
-            headers.append(("Connection", "close"))
-        data = connection.send(h11.Response(status_code=status, headers=headers))
-        data += connection.send(h11.Data(data=body)) if body else b""
-        data += connection.send(h11.EndOfMessage())
-        await stream.send_all(data)
+            raw.append((b"Connection", b"close"))
+        head = connection.send(h11.Response(status_code=status, headers=raw))
+        data = connection.send(h11.Data(data=body)) if body else b""
+        tail = connection.send(h11.EndOfMessage())
+        await stream.send_all(b"".join((head, data, tail)) if data else head + tail)
 
     # -- one request ---------------------------------------------------------------------------
 
