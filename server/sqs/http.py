@@ -165,9 +165,11 @@ class SqsGateway:
                     return None, {}, b""  # idle, shutting down, or too slow to send a request
                 if deadline == math.inf:
                     deadline = trio.current_time() + REQUEST_READ_S
-                # No busy-poll kick: an HTTP client's next request comes far later than the
-                # polling window (an SDK spends hundreds of µs on each), so polling for it
-                # costs CPU and catches nothing.
+                if request is None:
+                    # A request's first bytes: with several clients the next request is
+                    # often close behind. Not the rest of a request (an SDK writes its
+                    # headers and body apart): polling after those caught nothing.
+                    self.server.busy_poll.kick()
                 connection.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
