@@ -192,17 +192,14 @@ class SqsGateway:
 
     async def _send(self, stream: trio.abc.Stream, connection: h11.Connection,
                     response: Response, close: bool) -> None:
-        """One response, written with one send: h11 keeps the connection's state; headers
-        go to it as bytes (its fastest path), the body as is (Content-Length framing)."""
         status, headers, body = response
-        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
-        raw.append((b"Content-Length", b"%d" % len(body)))
+        headers = [*headers, ("Content-Length", str(len(body)))]
         if close:
-            raw.append((b"Connection", b"close"))
-        head = connection.send(h11.Response(status_code=status, headers=raw))
-        data = connection.send(h11.Data(data=body)) if body else b""
-        tail = connection.send(h11.EndOfMessage())
-        await stream.send_all(b"".join((head, data, tail)) if data else head + tail)
+            headers.append(("Connection", "close"))
+        data = connection.send(h11.Response(status_code=status, headers=headers))
+        data += connection.send(h11.Data(data=body)) if body else b""
+        data += connection.send(h11.EndOfMessage())
+        await stream.send_all(data)
 
     # -- one request ---------------------------------------------------------------------------
 
