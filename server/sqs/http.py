@@ -190,7 +190,11 @@ class SqsGateway:
                     return None, {}, b""  # idle, shutting down, or too slow to send a request
                 if deadline == math.inf:
                     deadline = trio.current_time() + REQUEST_READ_S
-                self.server.busy_poll.kick()  # the next request is often close behind
+                if request is None:
+                    # A request's first bytes: with several clients the next request is
+                    # often close behind. Not the rest of a request (an SDK writes its
+                    # headers and body apart): polling after those caught nothing.
+                    self.server.busy_poll.kick()
                 connection.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
