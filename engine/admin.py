@@ -132,9 +132,7 @@ class AdminOps(TagOps):
             del self._queue_names[q.name.lower()]
             self._grants.drop_on(q.name)
             self._counters.forget(q.id)
-            if self._topic_ids:
-                for cached in [k for k in self._topic_ids if k[0] == q.id]:
-                    del self._topic_ids[cached]
+            self._topics.forget(q.id)
             for other in self._queues.values():
                 policy = other.attributes["redrive"]
                 if policy is not None and policy["dlq"].lower() == q.name.lower():

@@ -71,7 +71,7 @@ class DeadLetterOps(MessagingOps):
         self._lease_saved(q, t, seq, Lease(ENDED_DEAD, lease.lane, dlq.id, lease.count,
                                            lease.first_ms, dlq_seq), old_due)
         if seq in t.heads:  # its successor is Active again from the moment it died
-            self._topic_head_ended(q, t, seq, dead_time)
+            self._topics.head_ended(q, t, seq, dead_time)
         self._counters.count(q.id, t.id, DEAD)
         self._notify(dlq)
 
@@ -224,7 +224,7 @@ class DeadLetterOps(MessagingOps):
             stored = self._store.log.get(keys.log_key(src.id, original_lane, original))
             topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
             if 0 < topic_id < DEAD_MARK:
-                self._topic_rejoined(src, t, topic_id, original, now)
+                self._topics.rejoined(src, t, topic_id, original, now)
             self._notify(src)
             self._settle(src, now)
         return True
@@ -294,12 +294,12 @@ class DeadLetterOps(MessagingOps):
                                            old.first_ms if old else 0, 0),
                           old.due_ms if old is not None else None)
         if seq in t.heads:
-            self._topic_head_ended(q, t, seq, self._now)
+            self._topics.head_ended(q, t, seq, self._now)
         elif t.topic_from:
             value = self._store.log.get(keys.log_key(q.id, lane, seq))
             topic_id = PREFIX.unpack_from(value)[2] if value is not None else 0
             if t.topic_from.get(topic_id) == seq:
-                self._topic_from_ended(q, t, topic_id, seq)
+                self._topics.from_ended(q, t, topic_id, seq)
         self._cursor_off(q, t, seq, lane)
 
     @staticmethod

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 import cbor2
 
 from . import keys
+from .core import EngineCore
 from .counters import BYTES_IN, BYTES_OUT, DELETED, RECEIVED, SENT
 from .scope import filter_matches
-from .topics import TopicOps
 from .lessor import Lessor
 from .errors import (
     InvalidArgument,
@@ -139,7 +139,7 @@ def parse_send_entry(entry: object, index: int, q: QueueState) -> _Entry:
     return parsed
 
 
-class MessagingOps(TopicOps):
+class MessagingOps(EngineCore):
     """send / receive / delete / change_visibility and the deadline interface."""
 
     _receipts: ReceiptCodec
@@ -223,8 +223,9 @@ class MessagingOps(TopicOps):
                                        entry.topic, lane, now, visible, md5, entry.dead_cbor)
                 topic_id = entry.mark
                 if entry.topic is not None:
-                    topic_id = self._topic_id(q, entry.topic)
-                    self._index_topic(q, topic_id, seq, now, visible)
+                    topics = self._topics
+                    topic_id = topics.id(q, entry.topic)
+                    topics.index(q, topic_id, seq, now, visible)
                     written += 1
                 value = prefix_pack(now, visible, topic_id, lane) + record
             capacity -= 1

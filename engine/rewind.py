@@ -11,7 +11,7 @@ Topics: a rewound message waits behind an Inflight message of its topic; when th
 its successor is looked for from ``from_seq`` rather than after the head
 (``TagState.topic_from``). When the head's lease runs out instead, it is no longer Inflight:
 the earliest rewound message takes the topic over and the head waits behind it
-(``TopicOps._topic_head_lapsed``, applied by every operation first, like dead-letter moves).
+(``Topics.head_lapsed``, applied by every operation first, like dead-letter moves).
 """
 
 from __future__ import annotations
@@ -84,11 +84,11 @@ class RewindOps(DeadLetterOps):
                 continue  # not rewound: still the earliest unfinished message of its topic
             if head in kept:
                 # The first rewound message of the topic (none: nothing waits behind it).
-                first = next((seq for seq, _, _ in self._topic_messages(q, t, topic, from_seq,
+                first = next((seq for seq, _, _ in self._topics.messages(q, t, topic, from_seq,
                                                                          head)), None)
                 if first is not None:
                     t.topic_from[topic] = min(t.topic_from.get(topic, first), first)
-                    self._watch_lapse(q, t, topic)
+                    self._topics.watch_lapse(q, t, topic)
             else:
                 t.unlock(topic)
         # Marks of messages ended in their turn: from from_seq on they are never-delivered.

@@ -7,16 +7,17 @@ from typing import Any
 
 
 from . import keys
+from .core import EngineCore
 from .errors import InvalidArgument, TagAlreadyExists, TooManyTags
 from .results import TagInfo
 from .state import DEFAULT_TAG, QueueState, TagState
-from .topics import TopicOps, check_filter
+from .topics import check_filter
 from .validation import check_name, check_time_ms
 
 MAX_TAGS = 256
 
 
-class TagOps(TopicOps):
+class TagOps(EngineCore):
     """create_tag / delete_tag / list_tags."""
 
     def create_tag(self, queue: str, tag: str, start: int | str = "now",
