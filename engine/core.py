@@ -20,14 +20,16 @@ import heapq
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
+from typing import Any, Callable, Iterator, cast
 
 import cbor2
 
 from . import keys
+from .appending import Appender
 from .clock import Clock, EngineClock, wall_clock_ms
 from .counters import EXPIRED, Counters
 from .deadlines import Deadlines
+from .deadmoves import DeadLetters
 from .errors import (
     InternalError,
     InvalidArgument,
@@ -77,13 +79,8 @@ class EngineCore(StoreRecovery):
     """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
 
-    It owns the components every operation shares (``Counters``, ``Deadlines``, ``Grants``,
-    ``Topics``). The dead-letter moves (``DeadLetterOps``, deadletter.py) it calls are declared
-    below: every concrete engine mixes them in."""
-
-    if TYPE_CHECKING:
-        def _apply_expiries(self, q: QueueState, now: int) -> None: ...
-        def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None: ...
+    It owns the components every operation shares: ``Counters``, ``Deadlines``, ``Grants``,
+    ``Topics`` (topics.py), ``Appender`` (appending.py) and ``DeadLetters`` (deadmoves.py)."""
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
@@ -112,6 +109,8 @@ class EngineCore(StoreRecovery):
         self._deadlines = Deadlines()
         self._grants = Grants(self)
         self._topics = Topics(self)
+        self._appender = Appender(self)
+        self._dead_letters = DeadLetters(self)
         self._init_recovery()
         self._load()
 
@@ -348,7 +347,7 @@ class EngineCore(StoreRecovery):
         What this changes is written at once, as its own batch: the operation then reads it
         (an expired topic head passes its topic on with rows a receive must see)."""
         pending = self._store.pending
-        self._apply_expiries(q, now)
+        self._dead_letters.apply_expiries(q, now)
         horizon = now - q.attributes["retention"] * 1000
         if not (q.oldest_live_ms >= 0 and horizon <= q.oldest_live_ms) and not (
                 q.expired_seq >= q.next_seq and horizon <= q.last_time_ms):
@@ -400,7 +399,7 @@ class EngineCore(StoreRecovery):
         self._settle_queue(q, now)
         sources = self._dead_sources.get(q.id)
         if sources:
-            self._settle_sources(q, sources, now)
+            self._dead_letters.settle_sources(q, sources, now)
 
     def _settle_queue(self, q: QueueState, now: int) -> None:
         floor = delayed_floor(self._store, q) if q.delayseq_from < q.next_seq else q.next_seq
@@ -564,7 +563,7 @@ class EngineCore(StoreRecovery):
             due, queue_id = heapq.heappop(heap)
             q = self._queues.get(queue_id)
             if q is not None and due == q.next_expiry_ms:
-                self._apply_expiries(q, now)
+                self._dead_letters.apply_expiries(q, now)
                 self._deadlines.schedule_expiry_check(q, now)
 
     def _apply_due_lapses(self, now: int) -> None:

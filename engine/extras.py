@@ -191,7 +191,7 @@ class ExtrasOps(EngineCore):
                     fresh.append(index)
             self._advance(q, now)
             self._settle(q, now)
-            appended = (self._append(q, [messages[i] for i in fresh], now)  # type: ignore
+            appended = (self._appender.append(q, [messages[i] for i in fresh], now)
                         if fresh else [])
             store = self._store
             for index, result in zip(fresh, appended):

@@ -252,7 +252,8 @@ class Topics:
             t.lock(topic_id, earlier)
             if lease is None and not pending(t, earlier, enqueue_ms, visible_ms):
                 # Passed by its cursor (or the delay index) while it waited: Active again.
-                self._context._lease_saved(q, t, earlier, Lease(LEASED, DEFAULT_LANE, at, 0, 0, 0), None)
+                self._context._lease_saved(q, t, earlier,
+                                           Lease(LEASED, DEFAULT_LANE, at, 0, 0, 0), None)
                 self._context._notify(q)
             elif lease is None and topic_id not in t.parked_topics:
                 # A cursor brings it; until then the lock lives in memory only: the marker
@@ -299,7 +300,8 @@ class Topics:
             # Parked (passed by a cursor or the delay index): Active again from now, ordered
             # by this time (DESIGN.md §2 "Delivery order"), never delivered (count 0).
             t.lock(topic_id, successor)
-            self._context._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
+            self._context._lease_saved(q, t, successor,
+                                       Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
             self._context._notify(q)
             return
         self.unparked(q, t, topic_id)  # nothing left behind its head
