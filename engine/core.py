@@ -76,7 +76,7 @@ class _WriteFailed(Exception):
 
 
 class EngineCore(StoreRecovery):
-    """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
+    """State and mechanics shared by the operation groups. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
 
     It owns the components every operation shares: ``Counters``, ``Deadlines``, ``Grants``,

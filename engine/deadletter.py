@@ -15,6 +15,7 @@ from typing import Generator, Sequence
 import cbor2
 
 from . import keys
+from .core import EngineCore
 from .floors import copy_alive
 from .messaging import MessagingOps
 from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
@@ -33,22 +34,26 @@ SEALED = 0
 REDRIVE_CHUNK = 512  # tens of ms; smaller chunks cost more per message (per-operation work)
 
 
-class DeadLetterOps(MessagingOps):
+class DeadLetterOps:
     """``dead`` and ``redrive``; uses ``_tag_operation`` and ``_by_receipt`` (messaging)."""
+
+    def __init__(self, core: EngineCore, messaging: MessagingOps) -> None:
+        self._core = core
+        self._messaging = messaging
 
     def dead(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
              caller: str | None = None) -> list[LaminaError | None]:
         """Dead-letter received messages at once, by their current receipts."""
-        with self._operation() as now:
-            q, t = self._tag_operation(caller, queue, tag, now)
+        with self._core._operation() as now:
+            q, t = self._messaging._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            if self._dead_letters.dlq_of(q) is None:
+            if self._core._dead_letters.dlq_of(q) is None:
                 raise NoDeadLetterQueue(f"queue: {q.name!r} has no redrive policy",
                                         field="queue")
-            results = self._by_receipt(q, t, receipts, now,
-                                       lambda seq, lease: self._dead_letters.move(q, t, seq, lease,
+            results = self._messaging._by_receipt(q, t, receipts, now,
+                                       lambda seq, lease: self._core._dead_letters.move(q, t, seq, lease,
                                                                             now))
-            self._settle(q, now)
+            self._core._settle(q, now)
             return results
 
     def redrive(self, queue: str, source: str | None = None, since: int | None = None,
@@ -77,10 +82,10 @@ class DeadLetterOps(MessagingOps):
         lane_index = next_seq = 0
         first = True
         while True:
-            with self._operation() as now:
+            with self._core._operation() as now:
                 if first:
-                    self._grants.check(caller, "manage", queue)
-                    dlq = self._queue(queue)
+                    self._core._grants.check(caller, "manage", queue)
+                    dlq = self._core._queue(queue)
                     if source is not None and not isinstance(source, str):
                         # a filter, not a lookup: text that names no queue matches nothing
                         raise InvalidArgument("source", "must be a queue name (text)")
@@ -92,17 +97,17 @@ class DeadLetterOps(MessagingOps):
                     check_bool(dry_run, "dry_run")
                     dlq_id, end, lanes = dlq.id, dlq.next_seq, list(dlq.lanes_used)
                     first = False
-                found = self._queues.get(dlq_id)
+                found = self._core._queues.get(dlq_id)
                 if found is None:  # deleted meanwhile: what was done stands
                     return Redriven(moved, skipped)
                 dlq = found
-                self._advance(dlq, now)
-                default = self._tag(dlq, None)
+                self._core._advance(dlq, now)
+                default = self._core._tag(dlq, None)
                 seen = 0
                 while lane_index < len(lanes) and seen < chunk and moved + skipped < limit:
                     lane = lanes[lane_index]
                     lower = keys.log_key(dlq.id, lane, max_(next_seq, dlq.gone_seq))
-                    batch = list(islice(Store.items(self._store.log, lower,
+                    batch = list(islice(Store.items(self._core._store.log, lower,
                                                     keys.log_key(dlq.id, lane, end)),
                                         chunk - seen))
                     if not batch:
@@ -122,7 +127,7 @@ class DeadLetterOps(MessagingOps):
                         moved += outcome is True
                         skipped += outcome is False
                 if not dry_run:
-                    self._settle(dlq, now)
+                    self._core._settle(dlq, now)
                 if lane_index >= len(lanes) or moved + skipped >= limit:
                     return Redriven(moved, skipped)
             yield
@@ -149,29 +154,29 @@ class DeadLetterOps(MessagingOps):
                 self._end_for(dlq, dlq_tag, seq, lane)
             old = t.leases.get(original)
             original_lane = old.lane if old else lane
-            self._lease_saved(src, t, original, Lease(LEASED, original_lane, now, 0, 0, 0),
+            self._core._lease_saved(src, t, original, Lease(LEASED, original_lane, now, 0, 0, 0),
                               old.due_ms if old is not None and old.state == LEASED else None)
-            stored = self._store.log.get(keys.log_key(src.id, original_lane, original))
+            stored = self._core._store.log.get(keys.log_key(src.id, original_lane, original))
             topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
             if 0 < topic_id < DEAD_MARK:
-                self._topics.rejoined(src, t, topic_id, original, now)
-            self._notify(src)
-            self._settle(src, now)
+                self._core._topics.rejoined(src, t, topic_id, original, now)
+            self._core._notify(src)
+            self._core._settle(src, now)
         return True
 
     def _seal_dead_letters(self, dlq: QueueState) -> None:
         """Before a rewind of ``dlq``: dead letters whose copy has ended stay Ended although
         the rewind makes the copy deliverable again (it is then an ordinary DLQ message; a
         redrive of it skips it as gone). Their ENDED_DEAD rows stop naming the copy."""
-        store = self._store
-        for source_id in list(self._dead_sources.get(dlq.id, ())):
-            src = self._queues.get(source_id)
+        store = self._core._store
+        for source_id in list(self._core._dead_sources.get(dlq.id, ())):
+            src = self._core._queues.get(source_id)
             if src is None:
                 continue
             for t in src.tags.values():
                 for seq, lease in t.leases.items():
                     if lease.state == ENDED_DEAD and lease.due_ms == dlq.id and \
-                            not copy_alive(self._store, self._queues, self._now, lease):
+                            not copy_alive(self._core._store, self._core._queues, self._core._now, lease):
                         lease.due_ms = SEALED
                         store.put(store.leases_h, keys.lease_key(src.id, t.id, seq),
                                   lease.encode())
@@ -183,7 +188,7 @@ class DeadLetterOps(MessagingOps):
             lease = t.leases.get(seq)
             if lease is not None and lease.state == LEASED and lease.due_ms > now:
                 return True
-        return peek_state(self._store, dlq, default, seq, value, now)[0] in ("deleted", "dead")
+        return peek_state(self._core._store, dlq, default, seq, value, now)[0] in ("deleted", "dead")
 
     def _redrive_target(self, original_id: str, tag_id: int,
                         now: int) -> tuple[QueueState, TagState, int] | None:
@@ -191,10 +196,10 @@ class DeadLetterOps(MessagingOps):
         if parsed is None:
             return None
         queue_id, seq, _ = parsed
-        src = self._queues.get(queue_id)
+        src = self._core._queues.get(queue_id)
         if src is None or seq < src.gone_seq:
             return None
-        self._advance(src, now)
+        self._core._advance(src, now)
         t = src.tags.get(tag_id)
         if t is None or seq < src.gone_seq:
             return None
@@ -210,14 +215,14 @@ class DeadLetterOps(MessagingOps):
         old = t.leases.get(seq)
         if old is not None and old.state != LEASED:
             return
-        self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lane, 0, old.count if old else 0,
+        self._core._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lane, 0, old.count if old else 0,
                                            old.first_ms if old else 0, 0),
                           old.due_ms if old is not None else None)
         if seq in t.heads:
-            self._topics.head_ended(q, t, seq, self._now)
+            self._core._topics.head_ended(q, t, seq, self._core._now)
         elif t.topic_from:
-            value = self._store.log.get(keys.log_key(q.id, lane, seq))
+            value = self._core._store.log.get(keys.log_key(q.id, lane, seq))
             topic_id = PREFIX.unpack_from(value)[2] if value is not None else 0
             if t.topic_from.get(topic_id) == seq:
-                self._topics.from_ended(q, t, topic_id, seq)
-        self._cursor_off(q, t, seq, lane)
+                self._core._topics.from_ended(q, t, topic_id, seq)
+        self._core._cursor_off(q, t, seq, lane)

@@ -31,7 +31,6 @@ from .errors import (
     LaminaError,
     StaleReceipt,
 )
-from .receipts import ReceiptCodec
 from .results import Delivery, Sent, VisibilityChanged
 from .state import LEASED, Lease, QueueState, TagState
 from .validation import (
@@ -42,23 +41,25 @@ from .validation import (
 )
 
 
-class MessagingOps(EngineCore):
+class MessagingOps:
     """send / receive / delete / change_visibility and the deadline interface."""
 
-    _receipts: ReceiptCodec
+    def __init__(self, core: EngineCore) -> None:
+        self._core = core
+
 
     # -- send -------------------------------------------------------------------------------
 
     def send(self, queue: str, messages: Sequence[Any], *,
              caller: str | None = None) -> list[Sent | LaminaError]:
         """Append messages; per entry a ``Sent`` or the error that refused that entry."""
-        with self._operation() as now:
-            self._grants.check(caller, "send", queue)
-            q = self._queue(queue)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "send", queue)
+            q = self._core._queue(queue)
             messages = check_batch(messages, "messages")
-            self._advance(q, now)
-            self._settle(q, now)
-            return self._appender.append(q, messages, now)
+            self._core._advance(q, now)
+            self._core._settle(q, now)
+            return self._core._appender.append(q, messages, now)
 
     # -- receive -----------------------------------------------------------------------------
 
@@ -69,22 +70,22 @@ class MessagingOps(EngineCore):
 
         ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
         message that would pass it is not leased. Waiting is the server's business."""
-        with self._operation() as now:
-            self._grants.check(caller, "receive", queue)
-            q = self._queue(queue)
-            t = self._tag(q, tag)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "receive", queue)
+            q = self._core._queue(queue)
+            t = self._core._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
             if visibility_timeout is None:
                 visibility_ms = q.attributes["visibility_timeout"] * 1000
             else:
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
-            self._advance(q, now)
-            deliveries = Lessor(self, q, t, now, visibility_ms, count, max_bytes).run()
+            self._core._advance(q, now)
+            deliveries = Lessor(self._core, q, t, now, visibility_ms, count, max_bytes).run()
             if deliveries:
-                self._counters.count(q.id, t.id, RECEIVED, len(deliveries))
-                self._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
-            self._settle(q, now)
+                self._core._counters.count(q.id, t.id, RECEIVED, len(deliveries))
+                self._core._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
+            self._core._settle(q, now)
             return deliveries
 
     # -- delete / change_visibility ----------------------------------------------------------
@@ -93,7 +94,7 @@ class MessagingOps(EngineCore):
                        now: int) -> tuple[int, Lease]:
         """-> (seq, lease) for a receipt naming the current lease of a message, or raise
         ``InvalidReceipt`` (not ours for this queue and tag) / ``StaleReceipt`` (not current)."""
-        _, seq, number = self._receipts.open(receipt, q.id, t.id)
+        _, seq, number = self._core._receipts.open(receipt, q.id, t.id)
         lease = t.leases.get(seq)
         if (lease is None or lease.state != LEASED or lease.number != number
                 or lease.due_ms <= now or seq < q.gone_seq):
@@ -103,10 +104,10 @@ class MessagingOps(EngineCore):
     def _tag_operation(self, caller: str | None, queue: str, tag: str | None,
                        now: int) -> tuple[QueueState, TagState]:
         """The common start of an operation on received messages of one tag."""
-        self._grants.check(caller, "receive", queue)
-        q = self._queue(queue)
-        t = self._tag(q, tag)
-        self._advance(q, now)
+        self._core._grants.check(caller, "receive", queue)
+        q = self._core._queue(queue)
+        t = self._core._tag(q, tag)
+        self._core._advance(q, now)
         return q, t
 
     def _by_receipt(self, q: QueueState, t: TagState, receipts: Sequence[object], now: int,
@@ -127,22 +128,22 @@ class MessagingOps(EngineCore):
     def delete(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
                caller: str | None = None) -> list[LaminaError | None]:
         """End messages for ``tag`` by their current receipts; per receipt None or an error."""
-        with self._operation() as now:
+        with self._core._operation() as now:
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
             results = self._by_receipt(q, t, receipts, now,
-                                       lambda seq, lease: self._lease_dropped(q, t, seq, lease))
+                                       lambda seq, lease: self._core._lease_dropped(q, t, seq, lease))
             deleted = results.count(None)
             if deleted:
-                self._counters.count(q.id, t.id, DELETED, deleted)
-            self._settle(q, now)
+                self._core._counters.count(q.id, t.id, DELETED, deleted)
+            self._core._settle(q, now)
             return results
 
     def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
                           *, caller: str | None = None) -> list[VisibilityChanged | LaminaError]:
         """Per ``[receipt, timeout_s]``: end the lease ``timeout`` from now with a new receipt
         (the old one goes stale); 0 ends it at once -> ``VisibilityChanged(None, now)``."""
-        with self._operation() as now:
+        with self._core._operation() as now:
             q, t = self._tag_operation(caller, queue, tag, now)
             entries = check_batch(entries, "entries")
             results: list[VisibilityChanged | LaminaError] = []
@@ -163,22 +164,22 @@ class MessagingOps(EngineCore):
                 if timeout_ms:
                     lease.number = t.lease_counter
                     t.lease_counter += 1
-                    receipt: bytes | None = self._receipts.issue(q.id, t.id, lease.lane, seq,
+                    receipt: bytes | None = self._core._receipts.issue(q.id, t.id, lease.lane, seq,
                                                                  lease.number)
                 else:
                     receipt = None
-                self._lease_saved(q, t, seq, lease, old_due)
+                self._core._lease_saved(q, t, seq, lease, old_due)
                 results.append(VisibilityChanged(receipt, lease.due_ms))
                 if not timeout_ms:  # the lease ended now: a dead letter, or Active again
                     policy = q.attributes["redrive"]
-                    if policy is not None and self._dead_letters.dlq_of(q) is not None \
+                    if policy is not None and self._core._dead_letters.dlq_of(q) is not None \
                             and lease.count >= policy["max_receives"]:
-                        self._dead_letters.move(q, t, seq, lease, now)
+                        self._core._dead_letters.move(q, t, seq, lease, now)
                     else:
-                        self._notify(q)
-            store = self._store
+                        self._core._notify(q)
+            store = self._core._store
             store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
-            self._settle(q, now)
+            self._core._settle(q, now)
             return results
 
     # -- deadlines ----------------------------------------------------------------------------
@@ -186,30 +187,30 @@ class MessagingOps(EngineCore):
     def next_deadline(self) -> int | None:
         """The earliest time (ms) at which a message may become Active without a request
         (lease expiry, delay end), or None. A server's timer task sleeps until then."""
-        heap = self._deadlines.wake_heap
-        while heap and heap[0][1] not in self._queues:
+        heap = self._core._deadlines.wake_heap
+        while heap and heap[0][1] not in self._core._queues:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
     def process_deadlines(self) -> list[tuple[str, str | None]]:
         """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages
         Active because of it (tag None: every tag of the queue), for waking receives."""
-        with self._operation() as now:
-            heap = self._deadlines.wake_heap
+        with self._core._operation() as now:
+            heap = self._core._deadlines.wake_heap
             woken: set[tuple[str, str | None]] = set()
             while heap and heap[0][0] <= now:
                 due, queue_id, tag_id = heapq.heappop(heap)
-                q = self._queues.get(queue_id)
+                q = self._core._queues.get(queue_id)
                 if q is None:
                     continue
                 if tag_id == 0:
                     if due == q.next_delay_wake_ms:
                         woken.add((q.name, None))
-                        self._deadlines.schedule_delay_wake(self._store, q, now)
+                        self._core._deadlines.schedule_delay_wake(self._core._store, q, now)
                     continue
                 t = q.tags.get(tag_id)
                 if t is not None and due == t.next_wake_ms:
                     woken.add((q.name, t.name))
-                    self._deadlines.reschedule_tag_wake(q, t, now)
-                    self._dead_letters.apply_expiries(q, now)  # dead-letter moves happen at their time
+                    self._core._deadlines.reschedule_tag_wake(q, t, now)
+                    self._core._dead_letters.apply_expiries(q, now)  # dead-letter moves happen at their time
             return sorted(woken, key=lambda pair: (pair[0], pair[1] or ""))
