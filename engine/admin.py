@@ -288,7 +288,8 @@ class AdminOps:
             self._count_active(q, t, now, counts)
             if t.filter is not None:
                 t.stats_cache = (now, counts["active"], counts["parked"])
-        floor = max(min(tag_floor(self._core._store, self._core._queues, self._core._now, q, t, dead_letters=False),
+        core = self._core
+        floor = max(min(tag_floor(core._store, core._queues, core._now, q, t, dead_letters=False),
                         self._tag_delayed_floor(q, t)), gone)
         return {
             **counts,
@@ -300,7 +301,8 @@ class AdminOps:
         """The lowest seq of a delayed message the tag has yet to take from the delay index
         (for ``lag``; a walk of the queue's delayed messages by seq)."""
         lower = keys.delayseq_key(q.id, max(q.gone_seq, t.start_seq))
-        for key, value in Store.items(self._core._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
+        upper = keys.queue_bounds(q.id)[1]
+        for key, value in Store.items(self._core._store.delayseq, lower, upper):
             seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
             if holds_delayed(self._core._store, q, t, seq, visible):
                 return seq

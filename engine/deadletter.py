@@ -50,9 +50,9 @@ class DeadLetterOps:
             if self._core._dead_letters.dlq_of(q) is None:
                 raise NoDeadLetterQueue(f"queue: {q.name!r} has no redrive policy",
                                         field="queue")
+            move = self._core._dead_letters.move
             results = self._messaging._by_receipt(q, t, receipts, now,
-                                       lambda seq, lease: self._core._dead_letters.move(q, t, seq, lease,
-                                                                            now))
+                                                  lambda seq, lease: move(q, t, seq, lease, now))
             self._core._settle(q, now)
             return results
 
@@ -73,10 +73,11 @@ class DeadLetterOps:
                       caller: str | None = None, chunk: int | None = None
                       ) -> Generator[None, None, Redriven]:
         """``redrive`` as long work in chunks (DESIGN.md §3): each chunk is one operation that
-        looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator yields between chunks
-        (other operations may run then) and returns the result. Each message moves
-        atomically; the copies considered are those the DLQ held when the redrive began
-        (a later dead letter waits for the next redrive), in lane then seq order."""
+        looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator
+        yields between chunks (other operations may run then) and returns the result. Each
+        message moves atomically; the copies considered are those the DLQ held when the
+        redrive began (a later dead letter waits for the next redrive), in lane then seq
+        order."""
         chunk = chunk or REDRIVE_CHUNK
         moved = skipped = 0
         lane_index = next_seq = 0
@@ -168,15 +169,16 @@ class DeadLetterOps:
         """Before a rewind of ``dlq``: dead letters whose copy has ended stay Ended although
         the rewind makes the copy deliverable again (it is then an ordinary DLQ message; a
         redrive of it skips it as gone). Their ENDED_DEAD rows stop naming the copy."""
-        store = self._core._store
-        for source_id in list(self._core._dead_sources.get(dlq.id, ())):
-            src = self._core._queues.get(source_id)
+        core = self._core
+        store = core._store
+        for source_id in list(core._dead_sources.get(dlq.id, ())):
+            src = core._queues.get(source_id)
             if src is None:
                 continue
             for t in src.tags.values():
                 for seq, lease in t.leases.items():
                     if lease.state == ENDED_DEAD and lease.due_ms == dlq.id and \
-                            not copy_alive(self._core._store, self._core._queues, self._core._now, lease):
+                            not copy_alive(core._store, core._queues, core._now, lease):
                         lease.due_ms = SEALED
                         store.put(store.leases_h, keys.lease_key(src.id, t.id, seq),
                                   lease.encode())
@@ -188,7 +190,8 @@ class DeadLetterOps:
             lease = t.leases.get(seq)
             if lease is not None and lease.state == LEASED and lease.due_ms > now:
                 return True
-        return peek_state(self._core._store, dlq, default, seq, value, now)[0] in ("deleted", "dead")
+        state = peek_state(self._core._store, dlq, default, seq, value, now)[0]
+        return state in ("deleted", "dead")
 
     def _redrive_target(self, original_id: str, tag_id: int,
                         now: int) -> tuple[QueueState, TagState, int] | None:

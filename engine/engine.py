@@ -181,9 +181,10 @@ class Engine(EngineCore):
                       ) -> Generator[None, None, Redriven]:
         """``redrive`` as long work in chunks (DESIGN.md §3): each chunk is one operation that
         looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator
-        yields between chunks (other operations may run then) and returns the result. Each message moves
-        atomically; the copies considered are those the DLQ held when the redrive began
-        (a later dead letter waits for the next redrive), in lane then seq order."""
+        yields between chunks (other operations may run then) and returns the result. Each
+        message moves atomically; the copies considered are those the DLQ held when the
+        redrive began (a later dead letter waits for the next redrive), in lane then seq
+        order."""
         return self._dead_letter_ops.redrive_steps(queue, source, since, until, max, dry_run,
                                                    caller=caller, chunk=chunk)
 

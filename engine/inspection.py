@@ -143,7 +143,8 @@ class InspectionOps:
                 if room < 0 and out:
                     heads.append((seq, lane, value, None))
                     break
-            out.append(Peeked(value[PREFIX_SIZE:], *peek_state(self._core._store, q, t, seq, value, now)))
+            state = peek_state(self._core._store, q, t, seq, value, now)
+            out.append(Peeked(value[PREFIX_SIZE:], *state))
             last_id = self._id_of(q, seq, lane)
         more = bool(heads)
         return PeekPage(out, last_id if more and last_id is not None else None)
@@ -163,7 +164,8 @@ class InspectionOps:
             t = self._core._tag(q, tag)
             ids = check_batch(ids, "ids")
             self._core._advance(q, now)
-            self._core._settle(q, now)  # an id gone by now answers null (gone_seq can rise with time)
+            # an id gone by now answers null (gone_seq can rise with time)
+            self._core._settle(q, now)
             results: list[LaminaError | None] = []
             for index, message_id in enumerate(ids):
                 try:

@@ -53,13 +53,14 @@ class MessagingOps:
     def send(self, queue: str, messages: Sequence[Any], *,
              caller: str | None = None) -> list[Sent | LaminaError]:
         """Append messages; per entry a ``Sent`` or the error that refused that entry."""
-        with self._core._operation() as now:
-            self._core._grants.check(caller, "send", queue)
-            q = self._core._queue(queue)
+        core = self._core
+        with core._operation() as now:
+            core._grants.check(caller, "send", queue)
+            q = core._queue(queue)
             messages = check_batch(messages, "messages")
-            self._core._advance(q, now)
-            self._core._settle(q, now)
-            return self._core._appender.append(q, messages, now)
+            core._advance(q, now)
+            core._settle(q, now)
+            return core._appender.append(q, messages, now)
 
     # -- receive -----------------------------------------------------------------------------
 
@@ -70,22 +71,23 @@ class MessagingOps:
 
         ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
         message that would pass it is not leased. Waiting is the server's business."""
-        with self._core._operation() as now:
-            self._core._grants.check(caller, "receive", queue)
-            q = self._core._queue(queue)
-            t = self._core._tag(q, tag)
+        core = self._core
+        with core._operation() as now:
+            core._grants.check(caller, "receive", queue)
+            q = core._queue(queue)
+            t = core._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
             if visibility_timeout is None:
                 visibility_ms = q.attributes["visibility_timeout"] * 1000
             else:
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
-            self._core._advance(q, now)
+            core._advance(q, now)
             deliveries = Lessor(self._core, q, t, now, visibility_ms, count, max_bytes).run()
             if deliveries:
-                self._core._counters.count(q.id, t.id, RECEIVED, len(deliveries))
-                self._core._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
-            self._core._settle(q, now)
+                core._counters.count(q.id, t.id, RECEIVED, len(deliveries))
+                core._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
+            core._settle(q, now)
             return deliveries
 
     # -- delete / change_visibility ----------------------------------------------------------
@@ -94,7 +96,8 @@ class MessagingOps:
                        now: int) -> tuple[int, Lease]:
         """-> (seq, lease) for a receipt naming the current lease of a message, or raise
         ``InvalidReceipt`` (not ours for this queue and tag) / ``StaleReceipt`` (not current)."""
-        _, seq, number = self._core._receipts.open(receipt, q.id, t.id)
+        core = self._core
+        _, seq, number = core._receipts.open(receipt, q.id, t.id)
         lease = t.leases.get(seq)
         if (lease is None or lease.state != LEASED or lease.number != number
                 or lease.due_ms <= now or seq < q.gone_seq):
@@ -104,10 +107,11 @@ class MessagingOps:
     def _tag_operation(self, caller: str | None, queue: str, tag: str | None,
                        now: int) -> tuple[QueueState, TagState]:
         """The common start of an operation on received messages of one tag."""
-        self._core._grants.check(caller, "receive", queue)
-        q = self._core._queue(queue)
-        t = self._core._tag(q, tag)
-        self._core._advance(q, now)
+        core = self._core
+        core._grants.check(caller, "receive", queue)
+        q = core._queue(queue)
+        t = core._tag(q, tag)
+        core._advance(q, now)
         return q, t
 
     def _by_receipt(self, q: QueueState, t: TagState, receipts: Sequence[object], now: int,
@@ -128,15 +132,16 @@ class MessagingOps:
     def delete(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
                caller: str | None = None) -> list[LaminaError | None]:
         """End messages for ``tag`` by their current receipts; per receipt None or an error."""
-        with self._core._operation() as now:
+        core = self._core
+        with core._operation() as now:
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
             results = self._by_receipt(q, t, receipts, now,
-                                       lambda seq, lease: self._core._lease_dropped(q, t, seq, lease))
+                                       lambda seq, lease: core._lease_dropped(q, t, seq, lease))
             deleted = results.count(None)
             if deleted:
-                self._core._counters.count(q.id, t.id, DELETED, deleted)
-            self._core._settle(q, now)
+                core._counters.count(q.id, t.id, DELETED, deleted)
+            core._settle(q, now)
             return results
 
     def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
@@ -212,5 +217,6 @@ class MessagingOps:
                 if t is not None and due == t.next_wake_ms:
                     woken.add((q.name, t.name))
                     self._core._deadlines.reschedule_tag_wake(q, t, now)
-                    self._core._dead_letters.apply_expiries(q, now)  # dead-letter moves happen at their time
+                    # dead-letter moves happen at their time
+                    self._core._dead_letters.apply_expiries(q, now)
             return sorted(woken, key=lambda pair: (pair[0], pair[1] or ""))

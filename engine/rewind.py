@@ -89,8 +89,8 @@ class RewindOps:
                 continue  # not rewound: still the earliest unfinished message of its topic
             if head in kept:
                 # The first rewound message of the topic (none: nothing waits behind it).
-                first = next((seq for seq, _, _ in self._core._topics.messages(q, t, topic, from_seq,
-                                                                         head)), None)
+                messages = self._core._topics.messages(q, t, topic, from_seq, head)
+                first = next((seq for seq, _, _ in messages), None)
                 if first is not None:
                     t.topic_from[topic] = min(t.topic_from.get(topic, first), first)
                     self._core._topics.watch_lapse(q, t, topic)
