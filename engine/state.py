@@ -147,7 +147,7 @@ class TagState:
         self.rewind_vt = 0
         self.rewind_dseq = 0
         # Earlier rewinds' (rewind_seq, vt, dseq) whose walk had not caught up when a later
-        # rewind came: what they say stays true (``RewindOps._rewind_tag``).
+        # rewind came: what they say stays true (``RewindOps._rewind_tag``, rewind.py).
         self.rewind_older: list[tuple[int, int, int]] = []
         # topic -> seq to look for a successor from when its (Inflight) head ends (rewind).
         self.topic_from: dict[int, int] = {}
