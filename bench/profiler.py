@@ -85,7 +85,8 @@ def top_functions(raw: Path, limit: int = 30) -> tuple[int, list[tuple[str, int,
 #: in one of its frames: the engine's own work first, then the server's layers, trio last.
 AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine: db.write (Store.flush)", ("Store.flush",)),
-    ("engine: send loop (_append: md5, record, batch put, Sent)", ("MessagingOps._append",)),
+    ("engine: send loop (append: md5, record, batch put, Sent)", ("appending.py",
+                                                                  "Appender.append")),
     ("engine: receive (_Lessor, leases, receipts)", ("MessagingOps.receive", "_Lessor")),
     ("engine: delete", ("MessagingOps.delete",)),
     ("engine: send, the rest (counters, checks)", ("MessagingOps.send",)),

@@ -7,6 +7,7 @@ from typing import Any, Mapping
 import cbor2
 
 from . import keys
+from .core import EngineCore
 from .floors import holds_delayed, tag_floor
 from .grants import PERMISSIONS
 from .peekstate import peek_state
@@ -32,59 +33,63 @@ from .validation import (
 MAX_LIST_LIMIT = 1000
 
 
-class AdminOps(TagOps):
+class AdminOps:
     """Operations on queues as a whole."""
+
+    def __init__(self, core: EngineCore, tags: TagOps) -> None:
+        self._core = core
+        self._tags = tags
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
                      caller: str | None = None) -> QueueInfo:
         """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
-        with self._operation() as now:
+        with self._core._operation() as now:
             check_queue_name(queue)
-            self._grants.check(caller, "manage", queue)
+            self._core._grants.check(caller, "manage", queue)
             return self._create_queue(queue, attributes, caller, now)
 
     def _create_queue(self, queue: str, attributes: Mapping[str, Any] | None,
                       caller: str | None, now: int) -> QueueInfo:
         resolved = merge_queue_attributes(default_queue_attributes(), attributes)
-        existing_id = self._queue_names.get(queue.lower())
+        existing_id = self._core._queue_names.get(queue.lower())
         if existing_id is not None:
-            existing = self._queues[existing_id]
+            existing = self._core._queues[existing_id]
             if existing.name == queue and existing.attributes == resolved:
                 return QueueInfo(existing.name, dict(existing.attributes), existing.created)
             raise QueueAlreadyExists(f"queue: {existing.name!r} exists with other "
                                      "attributes or another letter case", field="queue")
         self._check_redrive(queue, resolved["redrive"], caller)
-        if len(self._queues) >= self.max_queues:
-            raise TooManyQueues(f"queue: the server holds max_queues {self.max_queues}")
-        queue_id = self._next_queue_id
-        self._next_queue_id += 1
+        if len(self._core._queues) >= self._core.max_queues:
+            raise TooManyQueues(f"queue: the server holds max_queues {self._core.max_queues}")
+        queue_id = self._core._next_queue_id
+        self._core._next_queue_id += 1
         q = QueueState(queue_id, queue, resolved, now)
-        store = self._store
+        store = self._core._store
         store.put(store.meta_h, keys.queue_name_key(queue), keys.u32(queue_id))
         store.put(store.meta_h, keys.queue_def_key(queue_id), cbor2.dumps(q.definition()))
-        self._persist_watermarks(q)
-        self._queues[queue_id] = q
-        self._queue_names[queue.lower()] = queue_id
-        self._add_tag(q, DEFAULT_TAG, 0, 0, None, now)
+        self._core._persist_watermarks(q)
+        self._core._queues[queue_id] = q
+        self._core._queue_names[queue.lower()] = queue_id
+        self._tags._add_tag(q, DEFAULT_TAG, 0, 0, None, now)
         if caller is not None:  # the creator gets all five permissions on its queue
-            self._grants.store_grant(caller, queue.lower(), PERMISSIONS)
+            self._core._grants.store_grant(caller, queue.lower(), PERMISSIONS)
         return QueueInfo(queue, dict(resolved), now)
 
     def copy_queue(self, queue: str, source: str, *, caller: str | None = None) -> QueueInfo:
         """A new queue with ``source``'s attributes (redrive included) and tags (filters kept,
         starting now): no messages, no grants."""
-        with self._operation() as now:
+        with self._core._operation() as now:
             check_queue_name(queue)
-            self._grants.check(caller, "manage", queue)
-            self._grants.check(caller, "peek", source, "source")
-            src = self._queue(source, "source")
-            if queue.lower() in self._queue_names:
+            self._core._grants.check(caller, "manage", queue)
+            self._core._grants.check(caller, "peek", source, "source")
+            src = self._core._queue(source, "source")
+            if queue.lower() in self._core._queue_names:
                 raise QueueAlreadyExists(f"queue: {queue!r} exists", field="queue")
             info = self._create_queue(queue, src.attributes, caller, now)
-            q = self._queue(queue)
+            q = self._core._queue(queue)
             for t in sorted(src.tags.values(), key=lambda t: t.name.lower()):
                 if t.name.lower() != DEFAULT_TAG:
-                    self._add_tag(q, t.name, now, q.next_seq, t.filter, now)
+                    self._tags._add_tag(q, t.name, now, q.next_seq, t.filter, now)
             return info
 
     def _check_redrive(self, queue: str, redrive: dict[str, Any] | None,
@@ -93,12 +98,12 @@ class AdminOps(TagOps):
         dead-letter queue for the caller)."""
         if redrive is None:
             return
-        self._grants.check(caller, "send", redrive["dlq"], "attributes.redrive.dlq")
-        dlq_id = self._queue_names.get(redrive["dlq"].lower())
+        self._core._grants.check(caller, "send", redrive["dlq"], "attributes.redrive.dlq")
+        dlq_id = self._core._queue_names.get(redrive["dlq"].lower())
         if dlq_id is None:
             raise InvalidRedrivePolicy(f"attributes.redrive.dlq: no queue named "
                                        f"{redrive['dlq']!r}", field="attributes.redrive.dlq")
-        dlq = self._queues[dlq_id]
+        dlq = self._core._queues[dlq_id]
         if dlq.name.lower() == queue.lower():
             raise InvalidRedrivePolicy("attributes.redrive.dlq: a queue cannot be its own "
                                        "dead-letter queue", field="attributes.redrive.dlq")
@@ -106,7 +111,7 @@ class AdminOps(TagOps):
             raise InvalidRedrivePolicy("attributes.redrive.dlq: a queue with a redrive policy "
                                        "cannot be a dead-letter queue",
                                        field="attributes.redrive.dlq")
-        for other in self._queues.values():
+        for other in self._core._queues.values():
             policy = other.attributes["redrive"]
             if policy is not None and policy["dlq"].lower() == queue.lower():
                 raise InvalidRedrivePolicy("attributes.redrive: a dead-letter queue cannot "
@@ -114,10 +119,10 @@ class AdminOps(TagOps):
 
     def delete_queue(self, queue: str, *, caller: str | None = None) -> None:
         """Remove a queue, its tags and all its data; policies naming it as DLQ are removed."""
-        with self._operation():
-            self._grants.check(caller, "manage", queue)
-            q = self._queue(queue)
-            store = self._store
+        with self._core._operation():
+            self._core._grants.check(caller, "manage", queue)
+            q = self._core._queue(queue)
+            store = self._core._store
             lower, upper = keys.queue_bounds(q.id)
             for family in COLUMN_FAMILIES:
                 if family != "meta":
@@ -128,14 +133,12 @@ class AdminOps(TagOps):
             store.delete_range(store.meta_h, *keys.tag_def_bounds(q.id))
             store.delete_range(store.meta_h, *keys.topic_names_bounds(q.id))
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id))
-            del self._queues[q.id]
-            del self._queue_names[q.name.lower()]
-            self._grants.drop_on(q.name)
-            self._counters.forget(q.id)
-            if self._topic_ids:
-                for cached in [k for k in self._topic_ids if k[0] == q.id]:
-                    del self._topic_ids[cached]
-            for other in self._queues.values():
+            del self._core._queues[q.id]
+            del self._core._queue_names[q.name.lower()]
+            self._core._grants.drop_on(q.name)
+            self._core._counters.forget(q.id)
+            self._core._topics.forget(q.id)
+            for other in self._core._queues.values():
                 policy = other.attributes["redrive"]
                 if policy is not None and policy["dlq"].lower() == q.name.lower():
                     other.attributes = {**other.attributes, "redrive": None}
@@ -145,7 +148,7 @@ class AdminOps(TagOps):
     def list_queues(self, prefix: str | None = None, after: str | None = None,
                     limit: int = MAX_LIST_LIMIT, *, caller: str | None = None) -> QueuePage:
         """Queue names ordered by lower-cased name; ``next`` is the ``after`` of the next page."""
-        with self._operation():
+        with self._core._operation():
             if prefix is not None and (not isinstance(prefix, str) or len(prefix) > 64):
                 raise InvalidArgument("prefix", "must be text of at most 64 characters")
             if after is not None and (not isinstance(after, str) or len(after) > 64):
@@ -158,11 +161,11 @@ class AdminOps(TagOps):
             prefix_key = keys.queue_name_prefix(prefix or "")
             names: list[str] = []
             more = False
-            for name_key, value in Store.items(self._store.meta, lower, upper):
+            for name_key, value in Store.items(self._core._store.meta, lower, upper):
                 if not name_key.startswith(prefix_key):
                     break
-                name = self._queues[keys.read_u32(value)].name
-                if not self._grants.may(caller, "peek", name):
+                name = self._core._queues[keys.read_u32(value)].name
+                if not self._core._grants.may(caller, "peek", name):
                     continue
                 if len(names) == limit:
                     more = True
@@ -172,47 +175,47 @@ class AdminOps(TagOps):
 
     def get_queue(self, queue: str, *, caller: str | None = None) -> QueueInfo:
         """Attributes, creation time and the stats of DESIGN.md §8."""
-        with self._operation() as now:
-            self._grants.check(caller, "peek", queue)
-            q = self._queue(queue)
-            self._advance(q, now)
-            self._settle(q, now)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "peek", queue)
+            q = self._core._queue(queue)
+            self._core._advance(q, now)
+            self._core._settle(q, now)
             return QueueInfo(q.name, dict(q.attributes), q.created, self._stats(q, now))
 
     def set_queue_attributes(self, queue: str, attributes: Mapping[str, Any], *,
                              caller: str | None = None) -> dict[str, Any]:
         """Change the given attributes (all rules hold afterwards, else nothing changes)."""
-        with self._operation() as now:
-            self._grants.check(caller, "manage", queue)
-            q = self._queue(queue)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "manage", queue)
+            q = self._core._queue(queue)
             if not isinstance(attributes, Mapping):
                 raise InvalidArgument("attributes", "must be a map")
             merged = merge_queue_attributes(q.attributes, attributes)
             if merged["redrive"] != q.attributes["redrive"]:
                 self._check_redrive(q.name, merged["redrive"], caller)
-            self._advance(q, now)
+            self._core._advance(q, now)
             q.attributes = merged
             q.oldest_live_ms = -1 if q.expired_seq >= q.next_seq else q.oldest_live_ms
-            store = self._store
+            store = self._core._store
             store.put(store.meta_h, keys.queue_def_key(q.id), cbor2.dumps(q.definition()))
-            q.oldest_live_ms = self._oldest_live_ms(q)
-            self._deadlines.schedule_expiry_check(q, 0)
-            self._advance(q, now)
-            self._settle(q, now)
+            q.oldest_live_ms = self._core._oldest_live_ms(q)
+            self._core._deadlines.schedule_expiry_check(q, 0)
+            self._core._advance(q, now)
+            self._core._settle(q, now)
             return dict(merged)
 
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
         """Every message produced so far is gone for every tag; -> how many were retained."""
-        with self._operation() as now:
-            self._grants.check(caller, "manage", queue)
-            q = self._queue(queue)
-            self._advance(q, now)
-            self._settle(q, now)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "manage", queue)
+            q = self._core._queue(queue)
+            self._core._advance(q, now)
+            self._core._settle(q, now)
             purged = q.next_seq - q.gone_seq
             q.purge_seq = q.next_seq
             if purged:
-                self._raise_gone(q, q.next_seq)
-            self._persist_watermarks(q)
+                self._core._raise_gone(q, q.next_seq)
+            self._core._persist_watermarks(q)
             return purged
 
     # -- stats --------------------------------------------------------------------------------
@@ -221,23 +224,23 @@ class AdminOps(TagOps):
               caller: str | None = None) -> list[dict[str, Any]]:
         """Daily counters, newest first (days without activity omitted); without ``tag`` the
         queue's totals (sent counted once, the rest summed over tags)."""
-        with self._operation() as now:
-            self._grants.check(caller, "peek", queue)
-            q = self._queue(queue)
-            t = self._tag(q, tag) if tag is not None else None
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "peek", queue)
+            q = self._core._queue(queue)
+            t = self._core._tag(q, tag) if tag is not None else None
             count = check_int(days, "days", 1, 31)
-            self._advance(q, now)
-            self._settle(q, now)
-            return self._counters.days(q.id, t.id if t is not None else None, count)
+            self._core._advance(q, now)
+            self._core._settle(q, now)
+            return self._core._counters.days(q.id, t.id if t is not None else None, count)
 
     def _stats(self, q: QueueState, now: int) -> dict[str, Any]:
         live = [s for s in q.segments if s.last_seq >= q.gone_seq]
-        rewind_from = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)
+        rewind_from = self._core._first_seq_at(q, now - q.attributes["rewind"] * 1000)
         stats: dict[str, Any] = {
             "messages": q.next_seq - q.gone_seq,
             "bytes": sum(s.size_bytes for s in live),
             "segments": len(live),
-            "oldest": self._production_ms(q, q.gone_seq) if q.gone_seq < q.next_seq else None,
+            "oldest": self._core._production_ms(q, q.gone_seq) if q.gone_seq < q.next_seq else None,
             "newest": q.last_time_ms if q.gone_seq < q.next_seq else None,
             "rewindable": (q.next_seq - max(q.gone_seq, rewind_from)
                            if q.attributes["rewind"] else 0),
@@ -249,11 +252,11 @@ class AdminOps(TagOps):
 
     def list_tags(self, queue: str, *, caller: str | None = None) -> list[TagInfo]:
         """Every tag of ``queue`` (ordered by lower-cased name) with its stats."""
-        with self._operation() as now:
-            self._grants.check(caller, "peek", queue)
-            q = self._queue(queue)
-            self._advance(q, now)
-            self._settle(q, now)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "peek", queue)
+            q = self._core._queue(queue)
+            self._core._advance(q, now)
+            self._core._settle(q, now)
             return [TagInfo(t.name, t.start_ms, t.filter, t.created, self._tag_stats(q, t, now))
                     for t in sorted(q.tags.values(), key=lambda t: t.name.lower())]
 
@@ -263,7 +266,7 @@ class AdminOps(TagOps):
         a one-lane queue without topics (``_count_plain_lane``), else by walking the records
         the cursors have yet to reach (the cost grows with the backlog). A filtered tag's
         ``active`` / ``parked`` are refreshed at most every 10 s and flagged approximate."""
-        store = self._store
+        store = self._core._store
         gone = q.gone_seq
         counts = {"active": 0, "inflight": 0, "delayed": 0, "parked": 0}
         for seq, lease in t.leases.items():
@@ -285,11 +288,12 @@ class AdminOps(TagOps):
             self._count_active(q, t, now, counts)
             if t.filter is not None:
                 t.stats_cache = (now, counts["active"], counts["parked"])
-        floor = max(min(tag_floor(self._store, self._queues, self._now, q, t, dead_letters=False),
+        core = self._core
+        floor = max(min(tag_floor(core._store, core._queues, core._now, q, t, dead_letters=False),
                         self._tag_delayed_floor(q, t)), gone)
         return {
             **counts,
-            "lag": self._production_ms(q, floor) if floor < q.next_seq else None,
+            "lag": self._core._production_ms(q, floor) if floor < q.next_seq else None,
             "approximate": t.filter is not None,
         }
 
@@ -297,9 +301,10 @@ class AdminOps(TagOps):
         """The lowest seq of a delayed message the tag has yet to take from the delay index
         (for ``lag``; a walk of the queue's delayed messages by seq)."""
         lower = keys.delayseq_key(q.id, max(q.gone_seq, t.start_seq))
-        for key, value in Store.items(self._store.delayseq, lower, keys.queue_bounds(q.id)[1]):
+        upper = keys.queue_bounds(q.id)[1]
+        for key, value in Store.items(self._core._store.delayseq, lower, upper):
             seq, visible = keys.delayseq_key_decode(key)[1], keys.read_u64(value)
-            if holds_delayed(self._store, q, t, seq, visible):
+            if holds_delayed(self._core._store, q, t, seq, visible):
                 return seq
         return q.next_seq
 
@@ -314,12 +319,12 @@ class AdminOps(TagOps):
         of the tag's leases, not of the backlog. -> False where this does not apply."""
         tail = q.lane_tail[lane]
         if (t.filter is not None or len(q.lanes_used) != 1 or q.next_topic_id != 1
-                or self._production_ms(q, start) < t.start_ms):
+                or self._core._production_ms(q, start) < t.start_ms):
             return False
         leased = {seq for seq in t.leases if start <= seq <= tail}
         delayed = delayed_leased = 0
         lower, upper = keys.delayseq_key(q.id, start), keys.delayseq_key(q.id, tail + 1)
-        for key in Store.keys(self._store.delayseq, lower, upper):
+        for key in Store.keys(self._core._store.delayseq, lower, upper):
             delayed += 1
             if keys.delayseq_key_decode(key)[1] in leased:
                 delayed_leased += 1
@@ -330,12 +335,12 @@ class AdminOps(TagOps):
                       counts: dict[str, int]) -> None:
         """Count Active and Parked messages of a tag: leases run out, ended delays, what the
         cursors have not reached, and successors parked behind locked topics."""
-        store = self._store
+        store = self._core._store
         gone = q.gone_seq
         seen: set[int] = set()
 
         def tally(seq: int, value: bytes) -> None:
-            state = peek_state(self._store, q, t, seq, value, now)[0]
+            state = peek_state(self._core._store, q, t, seq, value, now)[0]
             if state in ("active", "parked"):
                 counts[state] += 1
                 seen.add(seq)

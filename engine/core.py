@@ -20,14 +20,16 @@ import heapq
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
+from typing import Any, Callable, Iterator, cast
 
 import cbor2
 
 from . import keys
+from .appending import Appender
 from .clock import Clock, EngineClock, wall_clock_ms
 from .counters import EXPIRED, Counters
 from .deadlines import Deadlines
+from .deadmoves import DeadLetters
 from .errors import (
     InternalError,
     InvalidArgument,
@@ -55,6 +57,7 @@ from .state import (
 )
 from .scope import in_scope, not_ended_between
 from .store import Store
+from .topics import Topics
 
 from .validation import check_name
 
@@ -73,23 +76,11 @@ class _WriteFailed(Exception):
 
 
 class EngineCore(StoreRecovery):
-    """State and mechanics shared by the operation mixins. Not thread-safe: one caller at a
+    """State and mechanics shared by the operation groups. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
 
-    It owns the components every operation shares (``Counters``, ``Deadlines``, ``Grants``).
-    The topic hand-overs (``TopicOps``, topics.py) and dead-letter moves (``DeadLetterOps``,
-    deadletter.py) it calls are declared below: every concrete engine mixes them in."""
-
-    if TYPE_CHECKING:
-        def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None: ...
-        def _topic_from_ended(self, q: QueueState, t: TagState, topic_id: int,
-                              seq: int) -> None: ...
-        def _relock_parked(self, q: QueueState, t: TagState, topic_id: int) -> None: ...
-        def _watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None: ...
-        def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
-                               at: int) -> None: ...
-        def _apply_expiries(self, q: QueueState, now: int) -> None: ...
-        def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None: ...
+    It owns the components every operation shares: ``Counters``, ``Deadlines``, ``Grants``,
+    ``Topics`` (topics.py), ``Appender`` (appending.py) and ``DeadLetters`` (deadmoves.py)."""
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
@@ -117,6 +108,9 @@ class EngineCore(StoreRecovery):
         self._counters = Counters(self)
         self._deadlines = Deadlines()
         self._grants = Grants(self)
+        self._topics = Topics(self)
+        self._appender = Appender(self)
+        self._dead_letters = DeadLetters(self)
         self._init_recovery()
         self._load()
 
@@ -146,7 +140,7 @@ class EngineCore(StoreRecovery):
         self._queues: dict[int, QueueState] = {}
         self._queue_names: dict[str, int] = {}
         self._grants.reset()
-        self._topic_ids = None
+        self._topics.reset()
         self._counters.reset()
         self._deadlines.clear()
         # DLQ id -> ids of queues that may hold dead letters with a copy there (no entry is
@@ -194,13 +188,13 @@ class EngineCore(StoreRecovery):
         for key in list(Store.keys(store.meta, *keys.parked_topics_bounds(q.id, tag_id))):
             t.parked_topics.add(keys.parked_topic_decode(key))
         for topic_id in list(t.parked_topics):
-            self._relock_parked(q, t, topic_id)
+            self._topics.relock_parked(q, t, topic_id)
         for topic_id, head in waited_on.items():
             head_lease = t.leases.get(head)
             if head_lease is not None and head_lease.state == LEASED:
                 t.lock(topic_id, head)  # rewound messages of its topic wait behind it
         for topic_id in t.topic_from:
-            self._watch_lapse(q, t, topic_id)
+            self._topics.watch_lapse(q, t, topic_id)
         return t
 
     # -- the operation frame -------------------------------------------------------------------
@@ -353,7 +347,7 @@ class EngineCore(StoreRecovery):
         What this changes is written at once, as its own batch: the operation then reads it
         (an expired topic head passes its topic on with rows a receive must see)."""
         pending = self._store.pending
-        self._apply_expiries(q, now)
+        self._dead_letters.apply_expiries(q, now)
         horizon = now - q.attributes["retention"] * 1000
         if not (q.oldest_live_ms >= 0 and horizon <= q.oldest_live_ms) and not (
                 q.expired_seq >= q.next_seq and horizon <= q.last_time_ms):
@@ -405,7 +399,7 @@ class EngineCore(StoreRecovery):
         self._settle_queue(q, now)
         sources = self._dead_sources.get(q.id)
         if sources:
-            self._settle_sources(q, sources, now)
+            self._dead_letters.settle_sources(q, sources, now)
 
     def _settle_queue(self, q: QueueState, now: int) -> None:
         floor = delayed_floor(self._store, q) if q.delayseq_from < q.next_seq else q.next_seq
@@ -445,7 +439,7 @@ class EngineCore(StoreRecovery):
             while heads and heads[0] < gone:
                 head = heapq.heappop(heads)
                 if head in t.heads:
-                    self._topic_head_ended(q, t, head, self._head_gone_at(q, head, expiry))
+                    self._topics.head_ended(q, t, head, self._head_gone_at(q, head, expiry))
             moved = False
             for lane in q.lanes_used:
                 if t.cursors[lane] < gone and t.cursors[lane] <= q.lane_tail[lane]:
@@ -515,7 +509,7 @@ class EngineCore(StoreRecovery):
                       Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first_ms, 0))
             t.due_index.discard(lease.due_ms, seq)
         if seq in t.heads:
-            self._topic_head_ended(q, t, seq, self._now)
+            self._topics.head_ended(q, t, seq, self._now)
 
     def _cursor_off(self, q: QueueState, t: TagState, seq: int, lane: int) -> None:
         """``seq`` just got an ENDED row: a cursor resting on it moves on to a message it
@@ -559,7 +553,7 @@ class EngineCore(StoreRecovery):
         if lease.state == LEASED:
             t.due_index.add(lease.due_ms, seq)
             if t.topic_from and t.heads.get(seq) in t.topic_from:
-                self._watch_lapse(q, t, t.heads[seq])
+                self._topics.watch_lapse(q, t, t.heads[seq])
             self._deadlines.watch_lease_due(q, t, lease.due_ms)
 
     def _apply_due_expiries(self, now: int) -> None:
@@ -569,12 +563,12 @@ class EngineCore(StoreRecovery):
             due, queue_id = heapq.heappop(heap)
             q = self._queues.get(queue_id)
             if q is not None and due == q.next_expiry_ms:
-                self._apply_expiries(q, now)
+                self._dead_letters.apply_expiries(q, now)
                 self._deadlines.schedule_expiry_check(q, now)
 
     def _apply_due_lapses(self, now: int) -> None:
         """Topic heads whose lease ran out by ``now`` while rewound messages of their topic
-        waited behind them: those go first now (``_topic_head_lapsed``), in deadline order."""
+        waited behind them: those go first now (``Topics.head_lapsed``), in deadline order."""
         heap = self._deadlines.lapse_heap
         while heap and heap[0][0] <= now:
             due, queue_id, tag_id, seq = heapq.heappop(heap)
@@ -585,4 +579,4 @@ class EngineCore(StoreRecovery):
             lease, topic_id = t.leases.get(seq), t.heads.get(seq)
             if (lease is not None and lease.state == LEASED and lease.due_ms == due
                     and topic_id is not None and topic_id in t.topic_from):
-                self._topic_head_lapsed(q, t, seq, topic_id, due)
+                self._topics.head_lapsed(q, t, seq, topic_id, due)

@@ -1,26 +1,21 @@
-"""Dead-letter queues (DESIGN.md §2): moves at lease end, ``dead``, and ``redrive``.
-
-A move is atomic with the operation that causes it: the source lease becomes ENDED_DEAD (the
-row stays until ``gone_seq`` passes, naming the DLQ copy) and a new message is appended to the
-DLQ with ``dead = [source_queue, source_tag, dead_time, original_id, original_dequeue_count]``,
-the user attributes plus ``DLQ.sourceQueue``, the same priority, no delay and no topic. Moves
-ignore the DLQ's ``max_messages`` and ``max_message_size``.
+"""Dead-letter queue operations (DESIGN.md §2): ``dead`` and ``redrive``. The moves
+themselves (``DeadLetters``) are in deadmoves.py.
 
 When moves happen: ``dead`` at once; ``change_visibility 0`` at once; an expired lease whose
 ``dequeue_count`` reached ``max_receives`` at its deadline — applied by every operation on the
-queue before anything else (``_apply_expiries``) and by the server's timer task.
+queue before anything else (``DeadLetters.apply_expiries``) and by the server's timer task.
 """
 
 from __future__ import annotations
 
 from builtins import max as max_
 from itertools import islice
-from typing import Any, Generator, Sequence
+from typing import Generator, Sequence
 
 import cbor2
 
 from . import keys
-from .counters import DEAD
+from .core import EngineCore
 from .floors import copy_alive
 from .messaging import MessagingOps
 from .errors import InvalidArgument, LaminaError, NoDeadLetterQueue
@@ -39,86 +34,26 @@ SEALED = 0
 REDRIVE_CHUNK = 512  # tens of ms; smaller chunks cost more per message (per-operation work)
 
 
-class DeadLetterOps(MessagingOps):
-    """Needs ``_append``, ``_tag_operation`` and ``_by_receipt`` (messaging), ``_check``
-    (grants) and ``_notify`` from the engine."""
+class DeadLetterOps:
+    """``dead`` and ``redrive``; uses ``_tag_operation`` and ``_by_receipt`` (messaging)."""
 
-    def _dlq_of(self, q: QueueState) -> QueueState | None:
-        policy = q.attributes["redrive"]
-        if policy is None:
-            return None
-        dlq_id = self._queue_names.get(policy["dlq"].lower())
-        return None if dlq_id is None else self._queues[dlq_id]
-
-    def _move_to_dlq(self, q: QueueState, t: TagState, seq: int, lease: Lease,
-                     dead_time: int) -> None:
-        """Dead-letter ``seq`` for tag ``t`` now (``dead_time`` = when its lease ended)."""
-        dlq = self._dlq_of(q)
-        assert dlq is not None
-        value = self._store.log.get(keys.log_key(q.id, lease.lane, seq))
-        assert value is not None, "a leased message above gone_seq is in the log"
-        fields = cbor2.loads(value[PREFIX_SIZE:])
-        attributes = dict(fields[2] or {})
-        attributes["DLQ.sourceQueue"] = q.name
-        body = fields[1]
-        body_bytes = body.encode() if isinstance(body, str) else body
-        dead = [q.name, t.name, dead_time, fields[0], lease.count]
-        copy = self._dead_letter_entry(body, body_bytes, attributes, fields[4], dead, t.id)
-        sent = self._append(dlq, [copy], self._now)[0]
-        dlq_seq = parse_message_id(sent.id)[1]  # type: ignore[union-attr, index]
-        old_due = lease.due_ms
-        self._dead_sources.setdefault(dlq.id, set()).add(q.id)
-        self._lease_saved(q, t, seq, Lease(ENDED_DEAD, lease.lane, dlq.id, lease.count,
-                                           lease.first_ms, dlq_seq), old_due)
-        if seq in t.heads:  # its successor is Active again from the moment it died
-            self._topic_head_ended(q, t, seq, dead_time)
-        self._counters.count(q.id, t.id, DEAD)
-        self._notify(dlq)
-
-    def _apply_expiries(self, q: QueueState, now: int) -> None:
-        """Dead-letter every lease that ran out by ``now`` having reached ``max_receives``."""
-        if self._dlq_of(q) is None:
-            return
-        max_receives = q.attributes["redrive"]["max_receives"]
-        store = self._store
-        moves: list[tuple[int, int, int, TagState, Lease]] = []
-        for t in list(q.tags.values()):
-            moved = False
-            for due, seq in t.due_index.between((t.expiry_due_ms, t.expiry_seq + 1), now):
-                lease = t.leases.get(seq)
-                if (lease is not None and lease.state == LEASED and lease.due_ms == due
-                        and lease.count >= max_receives and seq >= q.gone_seq
-                        and not self._expired_by(q, lease, seq, due)):
-                    moves.append((due, seq, t.id, t, lease))
-                t.expiry_due_ms, t.expiry_seq = due, seq
-                moved = True
-            if moved:
-                store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
-        # Across tags in the order the leases ended: each move happened "at that moment".
-        moves.sort(key=lambda move: move[:3])
-        for due, seq, _, t, lease in moves:
-            self._move_to_dlq(q, t, seq, lease, due)
-
-    def _expired_by(self, q: QueueState, lease: Lease, seq: int, time_ms: int) -> bool:
-        """Whether the message expired (older than retention) before ``time_ms``: then its
-        lease ending moves nothing (it does not exist any more)."""
-        value = self._store.log.get(keys.log_key(q.id, lease.lane, seq))
-        return value is None or \
-            PREFIX.unpack_from(value)[0] < time_ms - q.attributes["retention"] * 1000
+    def __init__(self, core: EngineCore, messaging: MessagingOps) -> None:
+        self._core = core
+        self._messaging = messaging
 
     def dead(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
              caller: str | None = None) -> list[LaminaError | None]:
         """Dead-letter received messages at once, by their current receipts."""
-        with self._operation() as now:
-            q, t = self._tag_operation(caller, queue, tag, now)
+        with self._core._operation() as now:
+            q, t = self._messaging._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            if self._dlq_of(q) is None:
+            if self._core._dead_letters.dlq_of(q) is None:
                 raise NoDeadLetterQueue(f"queue: {q.name!r} has no redrive policy",
                                         field="queue")
-            results = self._by_receipt(q, t, receipts, now,
-                                       lambda seq, lease: self._move_to_dlq(q, t, seq, lease,
-                                                                            now))
-            self._settle(q, now)
+            move = self._core._dead_letters.move
+            results = self._messaging._by_receipt(q, t, receipts, now,
+                                                  lambda seq, lease: move(q, t, seq, lease, now))
+            self._core._settle(q, now)
             return results
 
     def redrive(self, queue: str, source: str | None = None, since: int | None = None,
@@ -138,19 +73,20 @@ class DeadLetterOps(MessagingOps):
                       caller: str | None = None, chunk: int | None = None
                       ) -> Generator[None, None, Redriven]:
         """``redrive`` as long work in chunks (DESIGN.md §3): each chunk is one operation that
-        looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator yields between chunks
-        (other operations may run then) and returns the result. Each message moves
-        atomically; the copies considered are those the DLQ held when the redrive began
-        (a later dead letter waits for the next redrive), in lane then seq order."""
+        looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator
+        yields between chunks (other operations may run then) and returns the result. Each
+        message moves atomically; the copies considered are those the DLQ held when the
+        redrive began (a later dead letter waits for the next redrive), in lane then seq
+        order."""
         chunk = chunk or REDRIVE_CHUNK
         moved = skipped = 0
         lane_index = next_seq = 0
         first = True
         while True:
-            with self._operation() as now:
+            with self._core._operation() as now:
                 if first:
-                    self._grants.check(caller, "manage", queue)
-                    dlq = self._queue(queue)
+                    self._core._grants.check(caller, "manage", queue)
+                    dlq = self._core._queue(queue)
                     if source is not None and not isinstance(source, str):
                         # a filter, not a lookup: text that names no queue matches nothing
                         raise InvalidArgument("source", "must be a queue name (text)")
@@ -162,17 +98,17 @@ class DeadLetterOps(MessagingOps):
                     check_bool(dry_run, "dry_run")
                     dlq_id, end, lanes = dlq.id, dlq.next_seq, list(dlq.lanes_used)
                     first = False
-                found = self._queues.get(dlq_id)
+                found = self._core._queues.get(dlq_id)
                 if found is None:  # deleted meanwhile: what was done stands
                     return Redriven(moved, skipped)
                 dlq = found
-                self._advance(dlq, now)
-                default = self._tag(dlq, None)
+                self._core._advance(dlq, now)
+                default = self._core._tag(dlq, None)
                 seen = 0
                 while lane_index < len(lanes) and seen < chunk and moved + skipped < limit:
                     lane = lanes[lane_index]
                     lower = keys.log_key(dlq.id, lane, max_(next_seq, dlq.gone_seq))
-                    batch = list(islice(Store.items(self._store.log, lower,
+                    batch = list(islice(Store.items(self._core._store.log, lower,
                                                     keys.log_key(dlq.id, lane, end)),
                                         chunk - seen))
                     if not batch:
@@ -192,7 +128,7 @@ class DeadLetterOps(MessagingOps):
                         moved += outcome is True
                         skipped += outcome is False
                 if not dry_run:
-                    self._settle(dlq, now)
+                    self._core._settle(dlq, now)
                 if lane_index >= len(lanes) or moved + skipped >= limit:
                     return Redriven(moved, skipped)
             yield
@@ -219,39 +155,30 @@ class DeadLetterOps(MessagingOps):
                 self._end_for(dlq, dlq_tag, seq, lane)
             old = t.leases.get(original)
             original_lane = old.lane if old else lane
-            self._lease_saved(src, t, original, Lease(LEASED, original_lane, now, 0, 0, 0),
+            self._core._lease_saved(src, t, original, Lease(LEASED, original_lane, now, 0, 0, 0),
                               old.due_ms if old is not None and old.state == LEASED else None)
-            stored = self._store.log.get(keys.log_key(src.id, original_lane, original))
+            stored = self._core._store.log.get(keys.log_key(src.id, original_lane, original))
             topic_id = PREFIX.unpack_from(stored)[2] if stored else 0
             if 0 < topic_id < DEAD_MARK:
-                self._topic_rejoined(src, t, topic_id, original, now)
-            self._notify(src)
-            self._settle(src, now)
+                self._core._topics.rejoined(src, t, topic_id, original, now)
+            self._core._notify(src)
+            self._core._settle(src, now)
         return True
-
-    def _settle_sources(self, dlq: QueueState, sources: set[int], now: int) -> None:
-        """Once a dead letter's DLQ copy ends (deleted or expired in the DLQ), the original
-        counts as Ended: its queue's ``gone_seq`` may pass it in the same operation."""
-        for source_id in list(sources):
-            src = self._queues.get(source_id)
-            if src is None or not any(t.dead_heap for t in src.tags.values()):
-                sources.discard(source_id)
-            elif src is not dlq:
-                self._settle_queue(src, now)  # not _settle: no chains of queues
 
     def _seal_dead_letters(self, dlq: QueueState) -> None:
         """Before a rewind of ``dlq``: dead letters whose copy has ended stay Ended although
         the rewind makes the copy deliverable again (it is then an ordinary DLQ message; a
         redrive of it skips it as gone). Their ENDED_DEAD rows stop naming the copy."""
-        store = self._store
-        for source_id in list(self._dead_sources.get(dlq.id, ())):
-            src = self._queues.get(source_id)
+        core = self._core
+        store = core._store
+        for source_id in list(core._dead_sources.get(dlq.id, ())):
+            src = core._queues.get(source_id)
             if src is None:
                 continue
             for t in src.tags.values():
                 for seq, lease in t.leases.items():
                     if lease.state == ENDED_DEAD and lease.due_ms == dlq.id and \
-                            not copy_alive(self._store, self._queues, self._now, lease):
+                            not copy_alive(core._store, core._queues, core._now, lease):
                         lease.due_ms = SEALED
                         store.put(store.leases_h, keys.lease_key(src.id, t.id, seq),
                                   lease.encode())
@@ -263,7 +190,8 @@ class DeadLetterOps(MessagingOps):
             lease = t.leases.get(seq)
             if lease is not None and lease.state == LEASED and lease.due_ms > now:
                 return True
-        return peek_state(self._store, dlq, default, seq, value, now)[0] in ("deleted", "dead")
+        state = peek_state(self._core._store, dlq, default, seq, value, now)[0]
+        return state in ("deleted", "dead")
 
     def _redrive_target(self, original_id: str, tag_id: int,
                         now: int) -> tuple[QueueState, TagState, int] | None:
@@ -271,10 +199,10 @@ class DeadLetterOps(MessagingOps):
         if parsed is None:
             return None
         queue_id, seq, _ = parsed
-        src = self._queues.get(queue_id)
+        src = self._core._queues.get(queue_id)
         if src is None or seq < src.gone_seq:
             return None
-        self._advance(src, now)
+        self._core._advance(src, now)
         t = src.tags.get(tag_id)
         if t is None or seq < src.gone_seq:
             return None
@@ -290,27 +218,14 @@ class DeadLetterOps(MessagingOps):
         old = t.leases.get(seq)
         if old is not None and old.state != LEASED:
             return
-        self._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lane, 0, old.count if old else 0,
+        self._core._lease_saved(q, t, seq, Lease(ENDED_AHEAD, lane, 0, old.count if old else 0,
                                            old.first_ms if old else 0, 0),
                           old.due_ms if old is not None else None)
         if seq in t.heads:
-            self._topic_head_ended(q, t, seq, self._now)
+            self._core._topics.head_ended(q, t, seq, self._core._now)
         elif t.topic_from:
-            value = self._store.log.get(keys.log_key(q.id, lane, seq))
+            value = self._core._store.log.get(keys.log_key(q.id, lane, seq))
             topic_id = PREFIX.unpack_from(value)[2] if value is not None else 0
             if t.topic_from.get(topic_id) == seq:
-                self._topic_from_ended(q, t, topic_id, seq)
-        self._cursor_off(q, t, seq, lane)
-
-    @staticmethod
-    def _dead_letter_entry(body: Any, body_bytes: bytes, attributes: dict[str, Any],
-                           priority: int, dead: list[Any], tag_id: int) -> Any:
-        from .messaging import _Entry  # a prepared entry bypasses send validation
-        from .records import cbor_head
-        body_cbor = (cbor_head(3, len(body_bytes)) if isinstance(body, str)
-                     else cbor_head(2, len(body_bytes))) + body_bytes
-        entry = _Entry(body_cbor, body_bytes, cbor2.dumps(attributes), None, priority, 0)
-        entry.dead_cbor = cbor2.dumps(dead)
-        entry.mark = DEAD_MARK | tag_id
-        return entry
-
+                self._core._topics.from_ended(q, t, topic_id, seq)
+        self._core._cursor_off(q, t, seq, lane)

@@ -17,21 +17,57 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Generator, Mapping, Sequence
 
-from .admin import AdminOps
+from .admin import MAX_LIST_LIMIT, AdminOps
 from .clock import Clock
-from .core import SEGMENT_MAX_AGE_MS, SEGMENT_MAX_BYTES, SEGMENT_MAX_MESSAGES
-from .extras import ExtrasOps
+from .core import SEGMENT_MAX_AGE_MS, SEGMENT_MAX_BYTES, SEGMENT_MAX_MESSAGES, EngineCore
+from .deadletter import DeadLetterOps
+from .errors import LaminaError
+from .extras import DEDUP_WINDOW_MS, ExtrasOps
 from .inspection import InspectionOps
-from .results import Grant
+from .messaging import MessagingOps
+from .results import (
+    Delivery,
+    Grant,
+    PeekPage,
+    QueueInfo,
+    QueuePage,
+    Redriven,
+    Rewound,
+    Sent,
+    TagInfo,
+    VisibilityChanged,
+)
 from .rewind import RewindOps
+from .tagging import TagOps
 
 
-class Engine(AdminOps, InspectionOps, RewindOps, ExtrasOps):
-    # AdminOps brings TagOps; every mixin shares EngineCore (core.py), which owns the
-    # components: counters, deadlines, grants.
-    """A Lamina data directory, open for reading and writing by one process."""
+class Engine(EngineCore):
+    """A Lamina data directory, open for reading and writing by one process.
+
+    The facade over ``EngineCore`` (core.py: state, the operation frame and the components it
+    owns): every public method is listed here and hands over to one operation group, an
+    object that receives the core (and the groups it uses)."""
+
+    def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
+                 receipt_key: Path | None, max_queues: int, segment_max_messages: int,
+                 segment_max_bytes: int, segment_max_age_ms: int) -> None:
+        self._messaging = MessagingOps(self)
+        self._dead_letter_ops = DeadLetterOps(self, self._messaging)
+        self._tags = TagOps(self)
+        self._admin = AdminOps(self, self._tags)
+        self._inspection = InspectionOps(self, self._dead_letter_ops)
+        self._rewind = RewindOps(self, self._dead_letter_ops)
+        self._extras_ops = ExtrasOps(self)
+        super().__init__(path, clock=clock, fsync=fsync, receipt_key=receipt_key,
+                         max_queues=max_queues, segment_max_messages=segment_max_messages,
+                         segment_max_bytes=segment_max_bytes,
+                         segment_max_age_ms=segment_max_age_ms)
+
+    def _load(self) -> None:
+        super()._load()
+        self._extras_ops.load()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, clock: Clock | None = None,
@@ -85,6 +121,185 @@ class Engine(AdminOps, InspectionOps, RewindOps, ExtrasOps):
         those on a queue where it holds ``grant``."""
         with self._operation():
             return self._grants.list_grants(queue, key, caller=caller)
+
+    # -- messaging.py ---------------------------------------------------------------------------
+
+    def send(self, queue: str, messages: Sequence[Any], *,
+             caller: str | None = None) -> list[Sent | LaminaError]:
+        """Append messages; per entry a ``Sent`` or the error that refused that entry."""
+        return self._messaging.send(queue, messages, caller=caller)
+
+    def receive(self, queue: str, tag: str | None = None, max: int = 1,
+                visibility_timeout: float | None = None, *, max_bytes: int | None = None,
+                caller: str | None = None) -> list[Delivery]:
+        """Lease up to ``max`` Active messages of ``tag`` (DESIGN.md §2 "Delivery order").
+
+        ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
+        message that would pass it is not leased. Waiting is the server's business."""
+        return self._messaging.receive(queue, tag, max, visibility_timeout, max_bytes=max_bytes,
+                                       caller=caller)
+
+    def delete(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
+               caller: str | None = None) -> list[LaminaError | None]:
+        """End messages for ``tag`` by their current receipts; per receipt None or an error."""
+        return self._messaging.delete(queue, receipts, tag, caller=caller)
+
+    def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
+                          *, caller: str | None = None) -> list[VisibilityChanged | LaminaError]:
+        """Per ``[receipt, timeout_s]``: end the lease ``timeout`` from now with a new receipt
+        (the old one goes stale); 0 ends it at once -> ``VisibilityChanged(None, now)``."""
+        return self._messaging.change_visibility(queue, entries, tag, caller=caller)
+
+    def next_deadline(self) -> int | None:
+        """The earliest time (ms) at which a message may become Active without a request
+        (lease expiry, delay end), or None. A server's timer task sleeps until then."""
+        return self._messaging.next_deadline()
+
+    def process_deadlines(self) -> list[tuple[str, str | None]]:
+        """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages
+        Active because of it (tag None: every tag of the queue), for waking receives."""
+        return self._messaging.process_deadlines()
+
+    # -- deadletter.py --------------------------------------------------------------------------
+
+    def dead(self, queue: str, receipts: Sequence[object], tag: str | None = None, *,
+             caller: str | None = None) -> list[LaminaError | None]:
+        """Dead-letter received messages at once, by their current receipts."""
+        return self._dead_letter_ops.dead(queue, receipts, tag, caller=caller)
+
+    def redrive(self, queue: str, source: str | None = None, since: int | None = None,
+                until: int | None = None, max: int = 1000, dry_run: bool = False, *,
+                caller: str | None = None) -> Redriven:
+        """Send dead letters of the DLQ ``queue`` back to the tag they died under (all
+        chunks of ``redrive_steps`` at once)."""
+        return self._dead_letter_ops.redrive(queue, source, since, until, max, dry_run,
+                                             caller=caller)
+
+    def redrive_steps(self, queue: str, source: str | None = None, since: int | None = None,
+                      until: int | None = None, max: int = 1000, dry_run: bool = False, *,
+                      caller: str | None = None, chunk: int | None = None
+                      ) -> Generator[None, None, Redriven]:
+        """``redrive`` as long work in chunks (DESIGN.md §3): each chunk is one operation that
+        looks at up to ``chunk`` records of the DLQ (default ``REDRIVE_CHUNK``); the generator
+        yields between chunks (other operations may run then) and returns the result. Each
+        message moves atomically; the copies considered are those the DLQ held when the
+        redrive began (a later dead letter waits for the next redrive), in lane then seq
+        order."""
+        return self._dead_letter_ops.redrive_steps(queue, source, since, until, max, dry_run,
+                                                   caller=caller, chunk=chunk)
+
+    # -- tagging.py -----------------------------------------------------------------------------
+
+    def create_tag(self, queue: str, tag: str, start: int | str = "now",
+                   filter: dict[str, Any] | None = None, *,
+                   caller: str | None = None) -> TagInfo:
+        """A new reader of ``queue`` seeing messages produced at or after ``start`` (ms,
+        ``"oldest"`` = everything retained, ``"now"`` = exactly what is sent from now on)
+        that pass ``filter``. Start and filter are fixed at creation."""
+        return self._tags.create_tag(queue, tag, start, filter, caller=caller)
+
+    def delete_tag(self, queue: str, tag: str, *, caller: str | None = None) -> None:
+        """Drop a tag and its state (the ``default`` tag cannot be deleted)."""
+        return self._tags.delete_tag(queue, tag, caller=caller)
+
+    # -- admin.py -------------------------------------------------------------------------------
+
+    def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
+                     caller: str | None = None) -> QueueInfo:
+        """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
+        return self._admin.create_queue(queue, attributes, caller=caller)
+
+    def copy_queue(self, queue: str, source: str, *, caller: str | None = None) -> QueueInfo:
+        """A new queue with ``source``'s attributes (redrive included) and tags (filters kept,
+        starting now): no messages, no grants."""
+        return self._admin.copy_queue(queue, source, caller=caller)
+
+    def delete_queue(self, queue: str, *, caller: str | None = None) -> None:
+        """Remove a queue, its tags and all its data; policies naming it as DLQ are removed."""
+        return self._admin.delete_queue(queue, caller=caller)
+
+    def list_queues(self, prefix: str | None = None, after: str | None = None,
+                    limit: int = MAX_LIST_LIMIT, *, caller: str | None = None) -> QueuePage:
+        """Queue names ordered by lower-cased name; ``next`` is the ``after`` of the next page."""
+        return self._admin.list_queues(prefix, after, limit, caller=caller)
+
+    def get_queue(self, queue: str, *, caller: str | None = None) -> QueueInfo:
+        """Attributes, creation time and the stats of DESIGN.md §8."""
+        return self._admin.get_queue(queue, caller=caller)
+
+    def set_queue_attributes(self, queue: str, attributes: Mapping[str, Any], *,
+                             caller: str | None = None) -> dict[str, Any]:
+        """Change the given attributes (all rules hold afterwards, else nothing changes)."""
+        return self._admin.set_queue_attributes(queue, attributes, caller=caller)
+
+    def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
+        """Every message produced so far is gone for every tag; -> how many were retained."""
+        return self._admin.purge_queue(queue, caller=caller)
+
+    def stats(self, queue: str, tag: str | None = None, days: int = 7, *,
+              caller: str | None = None) -> list[dict[str, Any]]:
+        """Daily counters, newest first (days without activity omitted); without ``tag`` the
+        queue's totals (sent counted once, the rest summed over tags)."""
+        return self._admin.stats(queue, tag, days, caller=caller)
+
+    def list_tags(self, queue: str, *, caller: str | None = None) -> list[TagInfo]:
+        """Every tag of ``queue`` (ordered by lower-cased name) with its stats."""
+        return self._admin.list_tags(queue, caller=caller)
+
+    # -- inspection.py --------------------------------------------------------------------------
+
+    def peek(self, queue: str, tag: str | None = None, max: int = 1, start: int | None = None,
+             after: str | None = None, ids: Sequence[str] | None = None, *,
+             max_bytes: int | None = None, caller: str | None = None) -> PeekPage:
+        """Look without changing anything: what ``receive(max)`` would return now (no
+        ``start``/``ids``); messages produced from ``start`` on with their states, paged by
+        ``after``; or the messages with ``ids``, one entry per id."""
+        return self._inspection.peek(queue, tag, max, start, after, ids, max_bytes=max_bytes,
+                                     caller=caller)
+
+    def delete_by_id(self, queue: str, ids: Sequence[str], tag: str | None = None, *,
+                     caller: str | None = None) -> list[LaminaError | None]:
+        """End messages for ``tag`` by id whatever their state (idempotent; a lease on one
+        goes stale, a parked one is unlinked)."""
+        return self._inspection.delete_by_id(queue, ids, tag, caller=caller)
+
+    # -- rewind.py ------------------------------------------------------------------------------
+
+    def rewind(self, queue: str, time: int, tag: str | None = None, *,
+               caller: str | None = None) -> Rewound:
+        """Make everything a tag (or every tag) received from ``time`` on never-delivered
+        again, except what is Inflight now."""
+        return self._rewind.rewind(queue, time, tag, caller=caller)
+
+    # -- extras.py ------------------------------------------------------------------------------
+
+    def check_queue_access(self, queue: str, *, caller: str | None = None) -> str:
+        """The queue's name, if it exists and ``caller`` holds any permission on it (a
+        gateway's lookup by name); else ``QueueNotFound`` / ``AccessDenied``."""
+        return self._extras_ops.check_queue_access(queue, caller=caller)
+
+    def queue_summary(self, queue: str, *, caller: str | None = None) -> QueueInfo:
+        """``get_queue`` without the stats (no walk of the backlog)."""
+        return self._extras_ops.queue_summary(queue, caller=caller)
+
+    def queue_extras(self, queue: str, *, caller: str | None = None) -> dict[str, Any]:
+        """The queue's extras (empty when none were set)."""
+        return self._extras_ops.queue_extras(queue, caller=caller)
+
+    def set_queue_extras(self, queue: str, extras: Mapping[str, Any], *,
+                         caller: str | None = None) -> dict[str, Any]:
+        """Replace the queue's extras with ``extras`` (empty: none)."""
+        return self._extras_ops.set_queue_extras(queue, extras, caller=caller)
+
+    def send_deduplicated(self, queue: str, messages: Sequence[Any], dedup_keys: Sequence[bytes],
+                          *, window_ms: int = DEDUP_WINDOW_MS, caller: str | None = None
+                          ) -> list[Sent | LaminaError]:
+        """``send``, except that an entry whose key (``dedup_keys[i]``, 1-512 bytes) was
+        accepted within ``window_ms`` answers the first acceptance's ``Sent`` instead of
+        being appended again (the first one's body digest is not kept: ``md5`` is this
+        entry's)."""
+        return self._extras_ops.send_deduplicated(queue, messages, dedup_keys, window_ms=window_ms,
+                                                  caller=caller)
 
     def __enter__(self) -> Engine:
         return self

@@ -72,26 +72,29 @@ def _check_extras(extras: object) -> dict[str, Any]:
     return dict(extras)
 
 
-class ExtrasOps(EngineCore):
+class ExtrasOps:
     """Queue extras and deduplicated sends (module docstring)."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self._core = core
 
     _extras: dict[int, dict[str, Any]]
     #: queue id -> deduplication key -> (expires ms, enqueue ms, message id), expiry order.
     _dedup: dict[int, OrderedDict[bytes, tuple[int, int, str]]]
     _dedup_sends: int
 
-    def _load(self) -> None:
-        super()._load()
+    def load(self) -> None:
+        """Read the extras and deduplication windows (at open and after a reload)."""
         self._extras = {}
         self._dedup = {}
         self._dedup_sends = 0
-        store = self._store
+        store = self._core._store
         meta = store.meta
-        now = self._clock.now()
+        now = self._core._clock.now()
         stale = False
         for key, value in list(Store.items(meta, _EXTRAS, _EXTRAS + b"\xff")):
             queue_id = _QUEUE_ID.unpack_from(key, 1)[0]
-            if queue_id in self._queues:
+            if queue_id in self._core._queues:
                 self._extras[queue_id] = cbor2.loads(value)
             else:
                 store.delete(store.meta_h, key)
@@ -99,7 +102,7 @@ class ExtrasOps(EngineCore):
         for key, value in list(Store.items(meta, _DEDUP, _DEDUP + b"\xff")):
             queue_id = _QUEUE_ID.unpack_from(key, 1)[0]
             expires, enqueued = _DEDUP_VALUE.unpack_from(value)
-            if queue_id in self._queues and expires > now:
+            if queue_id in self._core._queues and expires > now:
                 self._dedup.setdefault(queue_id, OrderedDict())[key[5:]] = (
                     expires, enqueued, value[_DEDUP_VALUE.size:].decode())
             else:
@@ -115,39 +118,39 @@ class ExtrasOps(EngineCore):
     def check_queue_access(self, queue: str, *, caller: str | None = None) -> str:
         """The queue's name, if it exists and ``caller`` holds any permission on it (a
         gateway's lookup by name); else ``QueueNotFound`` / ``AccessDenied``."""
-        if self._closed:
+        if self._core._closed:
             raise Unavailable("the engine is closed")
-        q = self._queue(queue)
-        if caller is not None and not self._grants.permissions(caller, q.name):
+        q = self._core._queue(queue)
+        if caller is not None and not self._core._grants.permissions(caller, q.name):
             raise AccessDenied(f"queue: key {caller!r} holds no permission on {q.name!r}",
                                field="queue")
         return q.name
 
     def queue_summary(self, queue: str, *, caller: str | None = None) -> QueueInfo:
         """``get_queue`` without the stats (no walk of the backlog)."""
-        if self._closed:
+        if self._core._closed:
             raise Unavailable("the engine is closed")
-        self._grants.check(caller, "peek", queue)
-        q = self._queue(queue)
+        self._core._grants.check(caller, "peek", queue)
+        q = self._core._queue(queue)
         return QueueInfo(q.name, dict(q.attributes), q.created)
 
     # -- extras ---------------------------------------------------------------------------------
 
     def queue_extras(self, queue: str, *, caller: str | None = None) -> dict[str, Any]:
         """The queue's extras (empty when none were set)."""
-        if self._closed:
+        if self._core._closed:
             raise Unavailable("the engine is closed")
-        self._grants.check(caller, "peek", queue)
-        return dict(self._extras.get(self._queue(queue).id, {}))
+        self._core._grants.check(caller, "peek", queue)
+        return dict(self._extras.get(self._core._queue(queue).id, {}))
 
     def set_queue_extras(self, queue: str, extras: Mapping[str, Any], *,
                          caller: str | None = None) -> dict[str, Any]:
         """Replace the queue's extras with ``extras`` (empty: none)."""
-        with self._operation():
-            self._grants.check(caller, "manage", queue)
-            q = self._queue(queue)
+        with self._core._operation():
+            self._core._grants.check(caller, "manage", queue)
+            q = self._core._queue(queue)
             checked = _check_extras(extras)
-            store = self._store
+            store = self._core._store
             if not checked:
                 self._extras.pop(q.id, None)
                 store.delete(store.meta_h, _extras_key(q.id))
@@ -168,9 +171,9 @@ class ExtrasOps(EngineCore):
         accepted within ``window_ms`` answers the first acceptance's ``Sent`` instead of
         being appended again (the first one's body digest is not kept: ``md5`` is this
         entry's)."""
-        with self._operation() as now:
-            self._grants.check(caller, "send", queue)
-            q = self._queue(queue)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "send", queue)
+            q = self._core._queue(queue)
             messages = check_batch(messages, "messages")
             if not isinstance(dedup_keys, (list, tuple)) or len(dedup_keys) != len(messages):
                 raise InvalidArgument("dedup_keys", "one key per message")
@@ -189,11 +192,11 @@ class ExtrasOps(EngineCore):
                 elif key not in first_of:
                     first_of[key] = index
                     fresh.append(index)
-            self._advance(q, now)
-            self._settle(q, now)
-            appended = (self._append(q, [messages[i] for i in fresh], now)  # type: ignore
+            self._core._advance(q, now)
+            self._core._settle(q, now)
+            appended = (self._core._appender.append(q, [messages[i] for i in fresh], now)
                         if fresh else [])
-            store = self._store
+            store = self._core._store
             for index, result in zip(fresh, appended):
                 results[index] = result
                 if isinstance(result, Sent):
@@ -215,10 +218,10 @@ class ExtrasOps(EngineCore):
         """The queue's accepted keys, the expired ones dropped first."""
         self._dedup_sends += 1
         if self._dedup_sends % DEDUP_SWEEP_EVERY == 0:
-            for gone in [qid for qid in self._dedup if qid not in self._queues]:
+            for gone in [qid for qid in self._dedup if qid not in self._core._queues]:
                 del self._dedup[gone]  # a deleted queue's: its rows go at the next open
         window = self._dedup.setdefault(queue_id, OrderedDict())
-        store = self._store
+        store = self._core._store
         while window:
             key, (expires, _, _) = next(iter(window.items()))
             if expires > now:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import keys
+from .core import EngineCore
 from .counters import DELETED
 from .deadletter import DeadLetterOps
 from .errors import InvalidArgument, LaminaError, MessageNotFound
@@ -31,8 +32,12 @@ from .state import QueueState, TagState
 from .store import Store
 from .validation import check_batch, check_int, check_time_ms
 
-class InspectionOps(DeadLetterOps):
+class InspectionOps:
     """peek and delete_by_id; the default peek asks a dry ``Lessor`` (lessor.py)."""
+
+    def __init__(self, core: EngineCore, dead_letter_ops: DeadLetterOps) -> None:
+        self._core = core
+        self._dead_letter_ops = dead_letter_ops
 
     def _lookup_id(self, q: QueueState, t: TagState, message_id: object,
                    field: str) -> tuple[int, int, bytes | None]:
@@ -50,7 +55,7 @@ class InspectionOps(DeadLetterOps):
         if seq < t.start_seq:
             raise MessageNotFound(f"{field}: message {message_id!r} is before the start of tag "
                                   f"{t.name!r}", field=field)
-        value = self._store.log.get(keys.log_key(q.id, lane, seq))
+        value = self._core._store.log.get(keys.log_key(q.id, lane, seq))
         if value is None or not in_scope(t, seq, PREFIX.unpack_from(value)[0],
                                                 value[PREFIX_SIZE:]):
             raise MessageNotFound(f"{field}: no message {message_id!r} for tag {t.name!r}",
@@ -63,24 +68,24 @@ class InspectionOps(DeadLetterOps):
         """Look without changing anything: what ``receive(max)`` would return now (no
         ``start``/``ids``); messages produced from ``start`` on with their states, paged by
         ``after``; or the messages with ``ids``, one entry per id."""
-        with self._operation() as now:
-            self._grants.check(caller, "peek", queue)
-            q = self._queue(queue)
-            t = self._tag(q, tag)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "peek", queue)
+            q = self._core._queue(queue)
+            t = self._core._tag(q, tag)
             count = check_int(max, "max", 1, 1000)
             if ids is not None and (start is not None or after is not None):
                 raise InvalidArgument("ids", "takes neither start nor after")
             if after is not None and start is None:
                 raise InvalidArgument("after", "needs start")
-            self._advance(q, now)
-            self._settle(q, now)
+            self._core._advance(q, now)
+            self._core._settle(q, now)
             if ids is not None:
                 return PeekPage(self._peek_ids(q, t, check_batch(ids, "ids"), now, max_bytes),
                                 None)
             if start is not None:
                 return self._peek_from(q, t, check_time_ms(start, "start"), after, count, now,
                                        max_bytes)
-            lessor = Lessor(self, q, t, now, 1000, count, max_bytes, dry_run=True)
+            lessor = Lessor(self._core, q, t, now, 1000, count, max_bytes, dry_run=True)
             return PeekPage(lessor.run(), None)
 
     def _peek_ids(self, q: QueueState, t: TagState, ids: list[Any], now: int,
@@ -96,7 +101,7 @@ class InspectionOps(DeadLetterOps):
             except LaminaError as exc:
                 out.append(exc.with_traceback(None))
                 continue
-            state = peek_state(self._store, q, t, seq, value, now)
+            state = peek_state(self._core._store, q, t, seq, value, now)
             if room is not None:
                 room -= len(value) + 64
                 if room < 0 and out:
@@ -106,7 +111,7 @@ class InspectionOps(DeadLetterOps):
 
     def _peek_from(self, q: QueueState, t: TagState, start_ms: int, after: object, count: int,
                    now: int, max_bytes: int | None) -> PeekPage:
-        first = max(self._first_seq_at(q, start_ms), q.gone_seq, t.start_seq)
+        first = max(self._core._first_seq_at(q, start_ms), q.gone_seq, t.start_seq)
         if after is not None:
             parsed = parse_message_id(after)
             if parsed is None or parsed[0] != q.id:
@@ -116,7 +121,7 @@ class InspectionOps(DeadLetterOps):
         heads: list[tuple[int, int, bytes, Any]] = []
         for lane in q.lanes_used:
             lower, upper = keys.log_lane_bounds(q.id, lane, first)
-            it = Store.scan(self._store.log, lower, upper)
+            it = Store.scan(self._core._store.log, lower, upper)
             if it.valid():
                 heads.append((keys.log_seq(it.key()), lane, it.value(), it))
         out: list[Peeked] = []
@@ -138,7 +143,8 @@ class InspectionOps(DeadLetterOps):
                 if room < 0 and out:
                     heads.append((seq, lane, value, None))
                     break
-            out.append(Peeked(value[PREFIX_SIZE:], *peek_state(self._store, q, t, seq, value, now)))
+            state = peek_state(self._core._store, q, t, seq, value, now)
+            out.append(Peeked(value[PREFIX_SIZE:], *state))
             last_id = self._id_of(q, seq, lane)
         more = bool(heads)
         return PeekPage(out, last_id if more and last_id is not None else None)
@@ -152,13 +158,14 @@ class InspectionOps(DeadLetterOps):
                      caller: str | None = None) -> list[LaminaError | None]:
         """End messages for ``tag`` by id whatever their state (idempotent; a lease on one
         goes stale, a parked one is unlinked)."""
-        with self._operation() as now:
-            self._grants.check(caller, "manage", queue)
-            q = self._queue(queue)
-            t = self._tag(q, tag)
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "manage", queue)
+            q = self._core._queue(queue)
+            t = self._core._tag(q, tag)
             ids = check_batch(ids, "ids")
-            self._advance(q, now)
-            self._settle(q, now)  # an id gone by now answers null (gone_seq can rise with time)
+            self._core._advance(q, now)
+            # an id gone by now answers null (gone_seq can rise with time)
+            self._core._settle(q, now)
             results: list[LaminaError | None] = []
             for index, message_id in enumerate(ids):
                 try:
@@ -167,11 +174,11 @@ class InspectionOps(DeadLetterOps):
                     results.append(exc.with_traceback(None))
                     continue
                 if value is not None:
-                    state = peek_state(self._store, q, t, seq, value, now)[0]
+                    state = peek_state(self._core._store, q, t, seq, value, now)[0]
                     if state not in ("deleted", "dead"):
-                        self._end_for(q, t, seq, lane)
-                        self._counters.count(q.id, t.id, DELETED)
-                        self._notify(q)
+                        self._dead_letter_ops._end_for(q, t, seq, lane)
+                        self._core._counters.count(q.id, t.id, DELETED)
+                        self._core._notify(q)
                 results.append(None)
-            self._settle(q, now)
+            self._core._settle(q, now)
             return results

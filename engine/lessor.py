@@ -9,11 +9,11 @@ from typing import Any
 
 from . import keys
 from .records import PREFIX, PREFIX_SIZE
+from .core import EngineCore
 from .results import Delivery, Peeked
 from .scope import in_scope, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
 from .store import Store
-from .topics import TopicOps
 
 EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
 NEVER = 1 << 63  # a time after every deadline
@@ -25,7 +25,7 @@ class Lessor:
     With ``dry_run`` (peek) it walks the same way and changes nothing: it returns ``Peeked``
     entries for what a receive would lease now."""
 
-    def __init__(self, engine: TopicOps, q: QueueState, t: TagState, now: int,
+    def __init__(self, engine: EngineCore, q: QueueState, t: TagState, now: int,
                  visibility_ms: int, count: int, max_bytes: int | None, dry_run: bool = False):
         self.dry_run = dry_run
         self.topics_taken: set[int] = set()
@@ -74,7 +74,7 @@ class Lessor:
             if topic_id in self.topics_taken or not topic_gate(self.engine._store, self.q, t,
                                                                           topic_id, seq):
                 if not self.dry_run and topic_id not in t.parked_topics:
-                    self.engine._topic_parked(self.q, t, topic_id)  # passed while parked
+                    self.engine._topics.parked(self.q, t, topic_id)  # passed while parked
                 return False
         return True
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from .counters import Counters
     from .grants import Grants
+    from .topics import Topics
     from .state import QueueState
 
 log = logging.getLogger("lamina.engine")
@@ -76,7 +77,7 @@ class StoreRecovery:
         _queue_names: dict[str, int]
         _counters: Counters
         _grants: Grants
-        _topic_ids: Any
+        _topics: Topics
         _next_queue_id: int
         _next_tag_id: int
 
@@ -103,7 +104,7 @@ class StoreRecovery:
         """Rebuild the given queues (and the caches of shared rows) from the store."""
         self._counters.reset()
         self._grants.reset()
-        self._topic_ids = None
+        self._topics.reset()
         meta = self._store.meta
         ids = meta.get(keys.META_IDS)
         self._next_queue_id, self._next_tag_id = (

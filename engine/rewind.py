@@ -11,13 +11,14 @@ Topics: a rewound message waits behind an Inflight message of its topic; when th
 its successor is looked for from ``from_seq`` rather than after the head
 (``TagState.topic_from``). When the head's lease runs out instead, it is no longer Inflight:
 the earliest rewound message takes the topic over and the head waits behind it
-(``TopicOps._topic_head_lapsed``, applied by every operation first, like dead-letter moves).
+(``Topics.head_lapsed``, applied by every operation first, like dead-letter moves).
 """
 
 from __future__ import annotations
 
 
 from . import keys
+from .core import EngineCore
 from .deadletter import DeadLetterOps
 from .errors import RewindDisabled, RewindOutOfRange
 from .results import Rewound
@@ -27,17 +28,21 @@ from .validation import check_time_ms
 NO_SEQ = 1 << 63  # above every seq: a delay position before every entry of the next ms
 
 
-class RewindOps(DeadLetterOps):
+class RewindOps:
     """Needs ``_check`` from the engine."""
+
+    def __init__(self, core: EngineCore, dead_letter_ops: DeadLetterOps) -> None:
+        self._core = core
+        self._dead_letter_ops = dead_letter_ops
 
     def rewind(self, queue: str, time: int, tag: str | None = None, *,
                caller: str | None = None) -> Rewound:
         """Make everything a tag (or every tag) received from ``time`` on never-delivered
         again, except what is Inflight now."""
-        with self._operation() as now:
-            self._grants.check(caller, "manage", queue)
-            q = self._queue(queue)
-            targets = [self._tag(q, tag)] if tag is not None else \
+        with self._core._operation() as now:
+            self._core._grants.check(caller, "manage", queue)
+            q = self._core._queue(queue)
+            targets = [self._core._tag(q, tag)] if tag is not None else \
                 sorted(q.tags.values(), key=lambda t: t.name.lower())
             time_ms = check_time_ms(time, "time")
             window_ms = q.attributes["rewind"] * 1000
@@ -46,18 +51,18 @@ class RewindOps(DeadLetterOps):
             if not now - window_ms <= time_ms <= now:
                 raise RewindOutOfRange(f"time: must lie within [{now - window_ms}, {now}]",
                                        field="time")
-            self._advance(q, now)
-            if self._dead_sources.get(q.id):  # a DLQ: its ended copies' originals stay Ended
-                self._seal_dead_letters(q)
+            self._core._advance(q, now)
+            if self._core._dead_sources.get(q.id):  # a DLQ: its ended copies' originals stay Ended
+                self._dead_letter_ops._seal_dead_letters(q)
             for t in targets:
                 self._rewind_tag(q, t, max(time_ms, t.start_ms), now)
-            self._notify(q)
-            self._settle(q, now)
+            self._core._notify(q)
+            self._core._settle(q, now)
             return Rewound(time_ms, [t.name for t in targets])
 
     def _rewind_tag(self, q: QueueState, t: TagState, time_ms: int, now: int) -> None:
-        store = self._store
-        from_seq = max(self._first_seq_at(q, time_ms), q.gone_seq, t.start_seq)
+        store = self._core._store
+        from_seq = max(self._core._first_seq_at(q, time_ms), q.gone_seq, t.start_seq)
         if from_seq >= q.next_seq:
             return
         # Lease rows from from_seq on: Inflight ones stay, the rest go (with their deadlines).
@@ -84,11 +89,11 @@ class RewindOps(DeadLetterOps):
                 continue  # not rewound: still the earliest unfinished message of its topic
             if head in kept:
                 # The first rewound message of the topic (none: nothing waits behind it).
-                first = next((seq for seq, _, _ in self._topic_messages(q, t, topic, from_seq,
-                                                                         head)), None)
+                messages = self._core._topics.messages(q, t, topic, from_seq, head)
+                first = next((seq for seq, _, _ in messages), None)
                 if first is not None:
                     t.topic_from[topic] = min(t.topic_from.get(topic, first), first)
-                    self._watch_lapse(q, t, topic)
+                    self._core._topics.watch_lapse(q, t, topic)
             else:
                 t.unlock(topic)
         # Marks of messages ended in their turn: from from_seq on they are never-delivered.
@@ -98,7 +103,7 @@ class RewindOps(DeadLetterOps):
         for lane in q.lanes_used:
             if t.cursors[lane] > from_seq:
                 t.cursors[lane] = from_seq
-                self._snap_cursor(q, t, lane)
+                self._core._snap_cursor(q, t, lane)
         if (t.delay_vt, t.delay_seq) >= (time_ms, 0):
             # What the delay index handled stays handled below from_seq: up to the present
             # position, and, where an earlier rewind's walk has not caught up yet, up to that
@@ -113,4 +118,4 @@ class RewindOps(DeadLetterOps):
         q.delayseq_from = min(q.delayseq_from, from_seq)
         t.delay_hint = 0
         store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
-        self._save_tag_definition(q, t)
+        self._core._save_tag_definition(q, t)

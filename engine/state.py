@@ -147,7 +147,7 @@ class TagState:
         self.rewind_vt = 0
         self.rewind_dseq = 0
         # Earlier rewinds' (rewind_seq, vt, dseq) whose walk had not caught up when a later
-        # rewind came: what they say stays true (``RewindOps._rewind_tag``).
+        # rewind came: what they say stays true (``RewindOps._rewind_tag``, rewind.py).
         self.rewind_older: list[tuple[int, int, int]] = []
         # topic -> seq to look for a successor from when its (Inflight) head ends (rewind).
         self.topic_from: dict[int, int] = {}
@@ -158,7 +158,7 @@ class TagState:
         self.topic_ended: dict[int, tuple[int, int, int]] = {}
         # Topics with successors a cursor or the delay index passed while they were parked:
         # when a head ends and its next successor is still pending, the topic stays locked on
-        # that one, so the passed ones keep waiting behind it (TopicOps._topic_head_ended).
+        # that one, so the passed ones keep waiting behind it (Topics.head_ended, topics.py).
         self.parked_topics: set[int] = set()
         self.stats_cache: tuple[int, int, int] | None = None  # (when, active, parked)
         # Lower bounds of the next lease deadline and of the next delay end past the

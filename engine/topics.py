@@ -21,21 +21,21 @@ production order. The rules, as the engine applies them:
   A successor with an Active-again row waited behind the head too: Active from now.
 - A rewind (or a redrive) can leave earlier messages of a topic behind its Inflight head
   (``topic_from``): they wait while it is Inflight; if its lease runs out they go first
-  (``_topic_head_lapsed``), and if it ends the successor search starts from them.
+  (``head_lapsed``), and if it ends the successor search starts from them.
 - Topic messages all live in the default lane; queues without topics pay nothing.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 from . import keys
-from .core import EngineCore
+from .deadlines import Deadlines
 from .errors import InvalidArgument
 from .scope import TOPIC_VALUE, ended_in_turn, pending, topic_in_scope
 from .state import DEFAULT_LANE, LEASED, Lease, QueueState, TagState
-from .store import RangeReader
+from .store import RangeReader, Store
 from .validation import check_attribute_value
 
 TOPIC_CACHE_SIZE = 65536
@@ -66,25 +66,49 @@ def check_filter(value: object) -> dict[str, Any] | None:
     return {"attributes": dict(attributes), "match": match}
 
 
-class TopicOps(EngineCore):
-    """Scope checks and the topic gate, shared by every delivery path."""
+class TopicContext(Protocol):
+    """What the topics read of the engine: its store and deadlines, and the lease and tag
+    writes they share with the other delivery paths."""
 
-    def _topic_cache(self) -> OrderedDict[tuple[int, str], int]:
-        cache = getattr(self, "_topic_ids", None)
-        if cache is None:
-            cache = self._topic_ids = OrderedDict()
-        return cache
+    _store: Store
+    _deadlines: Deadlines
 
-    def _topic_id(self, q: QueueState, topic: str) -> int:
+    def _save_tag_definition(self, q: QueueState, t: TagState) -> None: ...
+
+    def _lease_saved(self, q: QueueState, t: TagState, seq: int, lease: Lease,
+                     old_due: int | None) -> None: ...
+
+    def _notify(self, q: QueueState) -> None: ...
+
+
+class Topics:
+    """Scope checks and the topic gate, shared by every delivery path; owned by the engine.
+    Holds the bounded cache of topic ids (``reset`` after a reload, ``forget`` a queue)."""
+
+    def __init__(self, context: TopicContext) -> None:
+        self._context = context
+        self._ids: OrderedDict[tuple[int, str], int] = OrderedDict()
+
+    def reset(self) -> None:
+        """Forget the cached topic ids (the store is read again on use)."""
+        self._ids = OrderedDict()
+
+    def forget(self, queue_id: int) -> None:
+        """Drop the cached topic ids of a deleted queue."""
+        for cached in [k for k in self._ids if k[0] == queue_id]:
+            del self._ids[cached]
+
+
+    def id(self, q: QueueState, topic: str) -> int:
         """The id of ``topic`` in ``q``, assigned on first use (a bounded cache in memory:
         memory does not grow with the number of topics)."""
-        cache = self._topic_cache()
+        cache = self._ids
         cache_key = (q.id, topic)
         topic_id = cache.get(cache_key)
         if topic_id is not None:
             cache.move_to_end(cache_key)
             return topic_id
-        store = self._store
+        store = self._context._store
         stored = store.meta.get(keys.topic_name_key(q.id, topic))
         if stored is None:
             topic_id = q.next_topic_id
@@ -97,55 +121,55 @@ class TopicOps(EngineCore):
             cache.popitem(last=False)
         return topic_id
 
-    def _topic_reader(self, q: QueueState) -> RangeReader:
+    def reader(self, q: QueueState) -> RangeReader:
         """Walks of ``q``'s topics index share one iterator (the gate and the successor search
         run once per topic message received or ended)."""
-        return self._store.reader(self._store.topics, *keys.queue_bounds(q.id))
+        return self._context._store.reader(self._context._store.topics, *keys.queue_bounds(q.id))
 
-    def _index_topic(self, q: QueueState, topic_id: int, seq: int, enqueue_ms: int,
+    def index(self, q: QueueState, topic_id: int, seq: int, enqueue_ms: int,
                      visible_ms: int) -> None:
-        store = self._store
+        store = self._context._store
         store.batch.put(keys.topic_key(q.id, topic_id, seq),
                         TOPIC_VALUE.pack(enqueue_ms, visible_ms), store.topics_h)
 
-    def _topic_messages(self, q: QueueState, t: TagState, topic_id: int, first: int,
+    def messages(self, q: QueueState, t: TagState, topic_id: int, first: int,
                         end: int | None = None) -> Iterator[tuple[int, int, int]]:
         """(seq, enqueue ms, visible ms) of the messages of ``topic_id`` in the tag's scope
         from seq ``first`` (not below ``gone_seq``) up to ``end`` (exclusive; None: all)."""
         lower = keys.topic_key(q.id, topic_id, max(first, q.gone_seq))
         upper = (keys.topic_bounds(q.id, topic_id)[1] if end is None
                  else keys.topic_key(q.id, topic_id, end))
-        for key, value in self._topic_reader(q).forward(lower, upper):
+        for key, value in self.reader(q).forward(lower, upper):
             seq = keys.topic_key_decode(key)[2]
             enqueue_ms, visible_ms = TOPIC_VALUE.unpack(value)
-            if topic_in_scope(self._store, q, t, seq, enqueue_ms):
+            if topic_in_scope(self._context._store, q, t, seq, enqueue_ms):
                 yield seq, enqueue_ms, visible_ms
 
-    def _topic_parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
+    def parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
         """A cursor or the delay index passed a successor of ``topic_id`` while parked."""
         t.parked_topics.add(topic_id)
-        store = self._store
+        store = self._context._store
         store.put(store.meta_h, keys.parked_topic_key(q.id, t.id, topic_id), b"")
 
-    def _topic_unparked(self, q: QueueState, t: TagState, topic_id: int) -> None:
+    def unparked(self, q: QueueState, t: TagState, topic_id: int) -> None:
         if topic_id in t.parked_topics:
             t.parked_topics.discard(topic_id)
-            store = self._store
+            store = self._context._store
             store.delete(store.meta_h, keys.parked_topic_key(q.id, t.id, topic_id))
 
-    def _relock_parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
+    def relock_parked(self, q: QueueState, t: TagState, topic_id: int) -> None:
         """At open: lock a topic with passed successors on its earliest message that is not
         Ended and not passed (Inflight, Active again, or pending), as it was before; the
         passed ones wait behind it. Nothing left: the marker goes."""
-        for seq, enqueue_ms, visible_ms in self._topic_messages(q, t, topic_id, t.start_seq):
+        for seq, enqueue_ms, visible_ms in self.messages(q, t, topic_id, t.start_seq):
             lease = t.leases.get(seq)
             if (lease is not None and lease.state == LEASED) or (
                     lease is None and pending(t, seq, enqueue_ms, visible_ms)):
                 t.lock(topic_id, seq)
                 return
-        self._topic_unparked(q, t, topic_id)
+        self.unparked(q, t, topic_id)
 
-    def _topic_rejoined(self, q: QueueState, t: TagState, topic_id: int, seq: int,
+    def rejoined(self, q: QueueState, t: TagState, topic_id: int, seq: int,
                         now: int) -> None:
         """``seq`` of ``topic_id`` is Active again out of turn (redriven): it goes before a
         later head that is not Inflight; behind an Inflight one it waits, and the successor
@@ -161,8 +185,8 @@ class TopicOps(EngineCore):
         lease = t.leases.get(head)
         if lease is not None and lease.state == LEASED and lease.due_ms > now:
             t.topic_from[topic_id] = min(t.topic_from.get(topic_id, seq), seq)
-            self._save_tag_definition(q, t)
-            self._watch_lapse(q, t, topic_id)
+            self._context._save_tag_definition(q, t)
+            self.watch_lapse(q, t, topic_id)
         else:
             t.unlock(topic_id)
             t.lock(topic_id, seq)
@@ -180,16 +204,16 @@ class TopicOps(EngineCore):
         if old is not None:
             limit = max(limit, old[0])
         t.topic_ended[topic_id] = (limit, t.delay_vt, t.delay_seq)
-        self._save_tag_definition(q, t)
+        self._context._save_tag_definition(q, t)
 
-    def _topic_from_ended(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> None:
+    def from_ended(self, q: QueueState, t: TagState, topic_id: int, seq: int) -> None:
         """``seq``, the first message of ``topic_id`` waiting behind its Inflight head
         (``topic_from``), is Ended: the wait starts at the next one not Ended (it holds the
         tag's floor); with none left nothing waits."""
         head = t.locked.get(topic_id)
         start = None
         if head is not None:
-            for later, _, _ in self._topic_messages(q, t, topic_id, seq + 1, head):
+            for later, _, _ in self.messages(q, t, topic_id, seq + 1, head):
                 lease = t.leases.get(later)
                 if lease is None or lease.state == LEASED:
                     start = later
@@ -198,17 +222,17 @@ class TopicOps(EngineCore):
             t.topic_from.pop(topic_id, None)
         else:
             t.topic_from[topic_id] = start
-        self._save_tag_definition(q, t)
+        self._context._save_tag_definition(q, t)
 
-    def _watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None:
+    def watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None:
         """Rewound (or redriven) messages of ``topic_id`` wait behind its Inflight head: have
         the head's lease deadline checked (``EngineCore._apply_due_lapses``)."""
         head = t.locked.get(topic_id)
         lease = t.leases.get(head) if head is not None else None
         if head is not None and lease is not None and lease.state == LEASED:
-            self._deadlines.watch_lapse(q, t, head, lease.due_ms)
+            self._context._deadlines.watch_lapse(q, t, head, lease.due_ms)
 
-    def _topic_head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
+    def head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
                            at: int) -> None:
         """The lease of ``head`` ran out at ``at`` while rewound messages of its topic waited
         behind it (``topic_from``): it is no longer Inflight, so production order holds
@@ -216,8 +240,8 @@ class TopicOps(EngineCore):
         topic). The earliest of them not Ended becomes the head; ``head`` (Active again) waits
         behind it like any successor. A passed one is Active again from ``at``."""
         start = t.topic_from.pop(topic_id)
-        self._save_tag_definition(q, t)
-        for earlier, enqueue_ms, visible_ms in self._topic_messages(q, t, topic_id, start, head):
+        self._context._save_tag_definition(q, t)
+        for earlier, enqueue_ms, visible_ms in self.messages(q, t, topic_id, start, head):
             lease = t.leases.get(earlier)
             if lease is not None and lease.state != LEASED:
                 continue  # Ended
@@ -228,15 +252,16 @@ class TopicOps(EngineCore):
             t.lock(topic_id, earlier)
             if lease is None and not pending(t, earlier, enqueue_ms, visible_ms):
                 # Passed by its cursor (or the delay index) while it waited: Active again.
-                self._lease_saved(q, t, earlier, Lease(LEASED, DEFAULT_LANE, at, 0, 0, 0), None)
-                self._notify(q)
+                self._context._lease_saved(q, t, earlier,
+                                           Lease(LEASED, DEFAULT_LANE, at, 0, 0, 0), None)
+                self._context._notify(q)
             elif lease is None and topic_id not in t.parked_topics:
                 # A cursor brings it; until then the lock lives in memory only: the marker
-                # has it relocked on it at open (``_relock_parked``), not on ``head``.
-                self._topic_parked(q, t, topic_id)
+                # has it relocked on it at open (``relock_parked``), not on ``head``.
+                self.parked(q, t, topic_id)
             return
 
-    def _topic_head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None:
+    def head_ended(self, q: QueueState, t: TagState, seq: int, now: int) -> None:
         """``seq`` was the head of a topic and is Ended or Expired: pass the topic on."""
         topic_id = t.heads.get(seq)
         if topic_id is None:
@@ -245,8 +270,8 @@ class TopicOps(EngineCore):
         start = seq + 1
         if topic_id in t.topic_from:  # rewound messages wait from there (rewind.py)
             start = min(start, t.topic_from.pop(topic_id))
-            self._save_tag_definition(q, t)
-        for successor, enqueue_ms, visible_ms in self._topic_messages(q, t, topic_id, start):
+            self._context._save_tag_definition(q, t)
+        for successor, enqueue_ms, visible_ms in self.messages(q, t, topic_id, start):
             if successor == seq:
                 continue
             lease = t.leases.get(successor)
@@ -258,8 +283,8 @@ class TopicOps(EngineCore):
                         # message came back before it): Active from the head's end, like a
                         # parked successor (DESIGN.md §2 "Delivery order").
                         old_due, lease.due_ms = lease.due_ms, now
-                        self._lease_saved(q, t, successor, lease, old_due)
-                        self._notify(q)
+                        self._context._lease_saved(q, t, successor, lease, old_due)
+                        self._context._notify(q)
                     return
                 continue  # ended ahead of its turn
             if pending(t, successor, enqueue_ms, visible_ms):
@@ -275,9 +300,10 @@ class TopicOps(EngineCore):
             # Parked (passed by a cursor or the delay index): Active again from now, ordered
             # by this time (DESIGN.md §2 "Delivery order"), never delivered (count 0).
             t.lock(topic_id, successor)
-            self._lease_saved(q, t, successor, Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
-            self._notify(q)
+            self._context._lease_saved(q, t, successor,
+                                       Lease(LEASED, DEFAULT_LANE, now, 0, 0, 0), None)
+            self._context._notify(q)
             return
-        self._topic_unparked(q, t, topic_id)  # nothing left behind its head
+        self.unparked(q, t, topic_id)  # nothing left behind its head
         if t.topic_ended.pop(topic_id, None) is not None:
-            self._save_tag_definition(q, t)
+            self._context._save_tag_definition(q, t)

@@ -1,0 +1,340 @@
+"""The append path: a batch of messages becomes log records, index rows, segment entries and
+counts (DESIGN.md §3 ``send``; dead-letter copies come the same way, as prepared entries).
+
+``Appender`` is owned by the engine core; ``parse_send_entry`` checks one send entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+import cbor2
+
+from . import keys
+from .counters import BYTES_IN, SENT, Counters
+from .deadlines import Deadlines
+from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
+from .records import PREFIX, cbor_head, cbor_uint, encode_record, message_id, parse_message_id
+from .results import Sent
+from .scope import filter_matches
+from .state import QueueState, Segment, TagState
+from .store import Store
+from .topics import Topics
+from .validation import (
+    DEFAULT_PRIORITY,
+    MAX_DELAY_S,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    check_int,
+    check_message_attributes,
+    check_seconds,
+    check_topic,
+)
+
+_SEND_KEYS = frozenset((1, 2, 3, 4, 5))
+
+
+class _Entry:
+    """A validated send entry, not yet assigned a seq."""
+
+    __slots__ = ("body_cbor", "body", "attributes_cbor", "topic", "priority", "delay_ms", "size",
+                 "dead_cbor", "mark")
+
+    def __init__(self, body_cbor: bytes, body: bytes, attributes_cbor: bytes | None,
+                 topic: str | None, priority: int, delay_ms: int):
+        self.body_cbor = body_cbor
+        self.body = body
+        self.attributes_cbor = attributes_cbor
+        self.topic = topic
+        self.priority = priority
+        self.delay_ms = delay_ms
+        self.size = len(body) + (len(attributes_cbor) if attributes_cbor else 0)
+        self.dead_cbor: bytes | None = None  # set on dead-letter copies (deadletter.py),
+        self.mark = 0                        # which bypass send validation and limits
+
+
+def _body(value: object, field: str) -> tuple[bytes, bytes]:
+    """-> (CBOR item of the body, its bytes: UTF-8 for text)."""
+    if type(value) is bytes:
+        if not value:
+            raise InvalidArgument(field, "must hold at least 1 byte")
+        return cbor_head(2, len(value)) + value, value
+    if type(value) is str:
+        data = value.encode()
+        if not data:
+            raise InvalidArgument(field, "must hold at least 1 byte")
+        return cbor_head(3, len(data)) + data, data
+    raise InvalidArgument(field, "must be bytes or text")
+
+
+def parse_send_entry(entry: object, index: int, q: QueueState) -> _Entry:
+    """A send entry of PROTOCOL.md §4 (body alone, or a map with keys 1-5), fully checked."""
+    field = f"messages[{index}]"
+    attributes = q.attributes
+    if type(entry) is bytes or type(entry) is str:
+        body_cbor, body = _body(entry, f"{field}.body")
+        parsed = _Entry(body_cbor, body, None, None, DEFAULT_PRIORITY,
+                        attributes["delay"] * 1000)
+    elif isinstance(entry, dict):
+        for key in entry:
+            if type(key) is not int or key not in _SEND_KEYS:
+                raise InvalidArgument(f"{field}.{key}", "unknown send entry key (1-5)")
+        if 1 not in entry:
+            raise InvalidArgument(f"{field}.body", "is required")
+        body_cbor, body = _body(entry[1], f"{field}.body")
+        attributes_cbor = None
+        if entry.get(2) is not None:
+            attributes_cbor = cbor2.dumps(
+                check_message_attributes(entry[2], f"{field}.attributes"))
+        topic = check_topic(entry[3], f"{field}.topic") if entry.get(3) is not None else None
+        priority = DEFAULT_PRIORITY
+        if entry.get(4) is not None:
+            priority = check_int(entry[4], f"{field}.priority", MIN_PRIORITY, MAX_PRIORITY)
+        if topic is not None and priority != DEFAULT_PRIORITY:
+            raise InvalidArgument(f"{field}.priority",
+                                  "a message may have a topic or a non-default priority, not both")
+        if entry.get(5) is not None:
+            delay_ms = check_seconds(entry[5], f"{field}.delay", 0, MAX_DELAY_S)
+            if delay_ms >= attributes["retention"] * 1000:
+                raise InvalidArgument(f"{field}.delay", "must be less than the queue's retention")
+        else:
+            delay_ms = attributes["delay"] * 1000
+        parsed = _Entry(body_cbor, body, attributes_cbor, topic, priority, delay_ms)
+    else:
+        raise InvalidArgument(field, "must be bytes, text or a map")
+    if parsed.size > attributes["max_message_size"]:
+        raise MessageTooLarge(
+            f"{field}: {parsed.size} bytes (body + attributes) exceed max_message_size "
+            f"{attributes['max_message_size']}", field=field)
+    return parsed
+
+
+class AppendContext(Protocol):
+    """What appending reads of the engine: its store, components, segment limits and the
+    operation's ``now``; it persists watermarks and tells of activity through it."""
+
+    _store: Store
+    _counters: Counters
+    _deadlines: Deadlines
+    _topics: Topics
+    _now: int
+    segment_max_messages: int
+    segment_max_bytes: int
+    segment_max_age_ms: int
+
+    def _persist_watermarks(self, q: QueueState) -> None: ...
+
+    def _notify(self, q: QueueState) -> None: ...
+
+
+class Appender:
+    """Appends messages to a queue's log (``append``), owned by the engine core."""
+
+    def __init__(self, context: AppendContext) -> None:
+        self._context = context
+
+    def append(self, q: QueueState, messages: list[Any], now: int) -> list[Sent | LaminaError]:
+        """Assign seqs and write records. The hot path: everything that is the same for the
+        whole batch (time fields, the prefix of plain messages) is encoded once."""
+        context = self._context
+        store = context._store
+        batch_put = store.batch.put
+        log_h = store.log_h
+        qid = q.id
+        results: list[Sent | LaminaError] = []
+        append = results.append
+        capacity = q.attributes["max_messages"] - (q.next_seq - q.gone_seq)
+        max_size = q.attributes["max_message_size"]
+        plain_ok = q.attributes["delay"] == 0
+        tails = q.lane_tail
+        first_in_lane: dict[int, int] = {}
+        old_tails: dict[int, int] = {}
+        first_ready: dict[int, int] = {}  # first non-delayed new seq per lane
+        delayed_seqs: set[int] = set()
+        segment = self._open_segment(q, now)
+        max_count, max_bytes = context.segment_max_messages, context.segment_max_bytes
+        segment_end_ms = (segment.first_ms if segment else now) + context.segment_max_age_ms
+        prefix_pack, log_key, md5_of = PREFIX.pack, keys.log_key, hashlib.md5
+        now_cbor = cbor_uint(now)
+        id_prefix = f"{qid:08x}"
+        # A plain message (a non-empty bytes body, default priority, no delay): record tail and
+        # log prefix are the same for all of them.
+        plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
+        plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
+        written = bytes_in = 0
+        for index, raw in enumerate(messages):
+            if capacity <= 0 and type(raw) is not _Entry:
+                append(QueueFull(f"messages[{index}]: queue {q.name!r} retains max_messages "
+                                 f"{q.attributes['max_messages']}"))
+                continue
+            if type(raw) is bytes and plain_ok and 0 < len(raw) <= max_size:
+                body, delay_ms, lane = raw, 0, DEFAULT_PRIORITY
+                seq = q.next_seq
+                msg_id = f"{id_prefix}{seq:016x}7"
+                md5 = md5_of(raw).digest()
+                record = b"".join((b"\x89\x78\x19", msg_id.encode(), cbor_head(2, len(raw)),
+                                   raw, plain_tail, md5, b"\xf6"))
+                value = plain_prefix + record
+            else:
+                if type(raw) is _Entry:
+                    entry = raw
+                else:
+                    try:
+                        entry = parse_send_entry(raw, index, q)
+                    except LaminaError as exc:
+                        append(exc.with_traceback(None))  # frames would pin the store
+                        continue
+                body, delay_ms, lane = entry.body, entry.delay_ms, entry.priority
+                seq = q.next_seq
+                msg_id = message_id(qid, seq, lane)
+                md5 = md5_of(body).digest()
+                visible = now + delay_ms
+                record = encode_record(msg_id, entry.body_cbor, entry.attributes_cbor,
+                                       entry.topic, lane, now, visible, md5, entry.dead_cbor)
+                topic_id = entry.mark
+                if entry.topic is not None:
+                    topics = context._topics
+                    topic_id = topics.id(q, entry.topic)
+                    topics.index(q, topic_id, seq, now, visible)
+                    written += 1
+                value = prefix_pack(now, visible, topic_id, lane) + record
+            capacity -= 1
+            q.next_seq = seq + 1
+            batch_put(log_key(qid, lane, seq), value, log_h)
+            written += 1
+            if lane not in first_in_lane:
+                if tails[lane] < 0:
+                    q.lanes_used.append(lane)
+                    q.lanes_used.sort()
+                first_in_lane[lane] = seq
+                old_tails[lane] = tails[lane]
+            tails[lane] = seq
+            if delay_ms:
+                self._index_delay(q, seq, lane, now + delay_ms)
+                delayed_seqs.add(seq)
+                written += 2
+            elif lane not in first_ready:
+                first_ready[lane] = seq
+            if (segment is None or segment.count >= max_count or segment.size_bytes >= max_bytes
+                    or now >= segment_end_ms):
+                if segment is not None:
+                    batch_put(keys.segment_key(qid, segment.first_seq), segment.encode(),
+                              store.segments_h)
+                    written += 1
+                segment = Segment(seq, seq, now, now, 0, 0)
+                segment_end_ms = now + context.segment_max_age_ms
+                q.segments.append(segment)
+            segment.last_seq = seq
+            segment.last_ms = now
+            segment.count += 1
+            segment.size_bytes += len(record)
+            bytes_in += len(body)
+            append(Sent(msg_id, now, md5))
+        store.pending += written
+        if first_in_lane:
+            self._count_sent(q, results, messages, bytes_in)
+            put = store.put
+            if now > q.indexed_ms:
+                put(store.time_h, keys.time_key(qid, now, min(first_in_lane.values())), b"")
+                q.indexed_ms = now
+            q.last_time_ms = now
+            if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
+                q.oldest_live_ms = now
+            # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first
+            # new non-delayed message, or past the new tail (TagState invariant). The move is
+            # persisted, so reopening never walks a run of delayed messages.
+            # A filtered tag (or one whose start is ahead) snaps onto the first new message
+            # of its scope instead.
+            for t in q.tags.values():
+                cursors = t.cursors
+                moved = False
+                scoped = t.filter is not None or t.start_ms > now
+                for lane in first_in_lane:
+                    if cursors[lane] > old_tails[lane]:
+                        cursors[lane] = (self._first_in_scope(t, lane, results, messages, now,
+                                                              tails[lane], delayed_seqs)
+                                         if scoped
+                                         else first_ready.get(lane, tails[lane] + 1))
+                        moved = True
+                if moved:
+                    put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
+            put(store.segments_h, keys.segment_key(qid, segment.first_seq),  # type: ignore
+                segment.encode())  # type: ignore[union-attr]
+            context._persist_watermarks(q)
+            context._notify(q)
+        return results
+
+    @staticmethod
+    def _sent_attributes(raw: Any) -> tuple[dict[str, Any] | None, int, int]:
+        """-> (attributes, body size, lane) of an accepted send entry."""
+        if type(raw) is _Entry:
+            attributes = cbor2.loads(raw.attributes_cbor) if raw.attributes_cbor else None
+            return attributes, len(raw.body), raw.priority
+        if isinstance(raw, dict):
+            body = raw[1]
+            lane = raw.get(4) or DEFAULT_PRIORITY
+            return raw.get(2), len(body.encode() if isinstance(body, str) else body), lane
+        return None, len(raw.encode() if isinstance(raw, str) else raw), DEFAULT_PRIORITY
+
+    def _first_in_scope(self, t: TagState, lane: int, results: list[Any], messages: list[Any],
+                        now: int, tail: int, delayed_seqs: set[int]) -> int:
+        """The first message of this send in ``lane`` that a filtered tag receives and that
+        is not delayed (its cursor's new position), else past the tail."""
+        for raw, sent in zip(messages, results):
+            if not isinstance(sent, Sent):
+                continue
+            attributes, _, entry_lane = self._sent_attributes(raw)
+            seq = parse_message_id(sent.id)[1]  # type: ignore[index]
+            if entry_lane == lane and seq not in delayed_seqs and now >= t.start_ms and (
+                    t.filter is None or filter_matches(t.filter, attributes)):
+                return seq
+        return tail + 1
+
+    def _count_sent(self, q: QueueState, results: list[Any], messages: list[Any],
+                    bytes_in: int) -> None:
+        """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag for the messages the
+        tag receives (a filtered tag decodes the attributes of each)."""
+        accepted = [(raw, sent) for raw, sent in zip(messages, results)
+                    if isinstance(sent, Sent)]
+        self._context._counters.count(q.id, 0, SENT, len(accepted))
+        self._context._counters.count(q.id, 0, BYTES_IN, bytes_in)
+        for t in q.tags.values():
+            if t.filter is None and t.start_ms <= self._context._now:
+                self._context._counters.count(q.id, t.id, SENT, len(accepted))
+                self._context._counters.count(q.id, t.id, BYTES_IN, bytes_in)
+                continue
+            count = size = 0
+            for raw, sent in accepted:
+                attributes, body_size, _ = self._sent_attributes(raw)
+                if t.start_ms <= self._context._now and (t.filter is None
+                                                or filter_matches(t.filter, attributes)):
+                    count += 1
+                    size += body_size
+            if count:
+                self._context._counters.count(q.id, t.id, SENT, count)
+                self._context._counters.count(q.id, t.id, BYTES_IN, size)
+
+    def _index_delay(self, q: QueueState, seq: int, lane: int, visible: int) -> None:
+        """Enter a delayed message in the queue-level delay indexes (two rows, no pending
+        count: the caller counts them)."""
+        store = self._context._store
+        store.batch.put(keys.delay_key(q.id, visible, seq), bytes((lane,)), store.delays_h)
+        store.batch.put(keys.delayseq_key(q.id, seq), keys.u64(visible), store.delayseq_h)
+        if q.delayseq_from > seq:
+            q.delayseq_from = seq
+        self._context._deadlines.delay_ends_at(q, visible)
+        for t in q.tags.values():
+            if visible < t.delay_hint:
+                t.delay_hint = visible
+
+    def _open_segment(self, q: QueueState, now: int) -> Segment | None:
+        if not q.segments:
+            return None
+        segment = q.segments[-1]
+        return None if self._segment_full(segment, now) else segment
+
+    def _segment_full(self, segment: Segment, now: int) -> bool:
+        return (segment.count >= self._context.segment_max_messages
+                or segment.size_bytes >= self._context.segment_max_bytes
+                or now - segment.first_ms >= self._context.segment_max_age_ms)
