@@ -11,6 +11,13 @@
 Public methods mirror the wire operations of PROTOCOL.md §5: same names, same argument names,
 typed results (``results.py``), errors as the exceptions of ``errors.py``. Batch operations
 return one entry per input, ``None`` / a result or the ``LaminaError`` that refused it.
+
+The class below lists every operation, each handing over to the part that does it. The
+engine's lifetime and durability come from its base, ``EngineCore`` (``core.py``):
+``close()``, ``group()`` (a group commit: the operations inside share one WAL sync),
+``sync_wal()``, ``needs_sync`` (written but not yet synced), ``on_activity`` (a callback
+told the queue whenever messages may have become Active outside a deadline), and the
+attributes ``path`` and ``fsync``.
 """
 
 from __future__ import annotations
