@@ -45,24 +45,18 @@ from typing import Any, Callable, cast
 
 import trio
 
-from lamina.engine.errors import InternalError, InvalidArgument, LaminaError, Unauthorized
-
-from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, answer_bound_bytes
-from .dispatch import (
-    Answer,
-    MapAnswer,
-    ReceiveAnswer,
-    check_request,
-)
+from lamina.engine.errors import InvalidArgument, LaminaError, Unauthorized
 from lamina.wire.protocol import (
-    LocalProtocolError,
-    UnknownRequestId,
     RejectedRequest,
     Request,
     ServerConnection,
+    UnknownRequestId,
     verify_auth_signature,
 )
-from .budget import MemoryBudget
+
+from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
+from .bugs import internal_error
+from .dispatch import Answer, MapAnswer, check_request
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
 from .waiters import Waiter
@@ -508,13 +502,9 @@ class Connection:
         except UnknownRequestId as exc:
             log.error("answer to an unknown request: %s", exc)
             return None
-        except LocalProtocolError as exc:
-            log.error("cannot answer request %d: %s", request_id, exc)
-            return proto.respond_error(request_id, InternalError(str(exc)))
-        except Exception as exc:  # e.g. a result cbor2 cannot encode: a bug
-            log.exception("cannot encode the answer to request %d", request_id)
+        except Exception as exc:  # our misuse of the codec, or a result cbor2 cannot encode
             return proto.respond_error(
-                request_id, InternalError(f"encoding the result failed: {exc}"))
+                request_id, internal_error(f"encoding the answer to request {request_id}", exc))
 
     def send_frames(self, frames: list[bytes]) -> None:
         """Queue answer frames from :meth:`encode_answer`, in order (outbox.py)."""
