@@ -60,7 +60,8 @@ PROBE_EVERY = 16
 
 
 class BusyPoll:
-    """``kick()`` after every read; ``run()`` is the polling task (rules 1-5)."""
+    """``kick()`` when a request's bytes arrive (a connection after every read; the SQS gateway
+    once per request, on its first bytes); ``run()`` is the polling task (rules 1-5)."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
