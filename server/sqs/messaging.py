@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from lamina.engine import wall_clock_ms
 from lamina.engine.errors import LaminaError, QueueNotFound, StaleReceipt, error_from_wire
@@ -44,6 +44,7 @@ MAX_BATCH_ENTRIES = 10
 MAX_PAYLOAD_BYTES = 1048576  # SQS: a message, and a whole batch, at most 1 MiB
 MAX_VISIBILITY_S = 43200
 MAX_WAIT_S = 20
+T = TypeVar("T")
 _BATCH_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _FIFO_ID_RE = re.compile(r"[!-~]{1,128}")
 
@@ -98,6 +99,20 @@ def _batch_entries(params: dict[str, Any]) -> list[dict[str, Any]]:
 def _failed(entry_id: str, error: SqsError | LaminaError) -> dict[str, Any]:
     code, sender_fault, message = batch_entry_error(error)
     return {"Id": entry_id, "SenderFault": sender_fault, "Code": code, "Message": message}
+
+
+def _checked_entries(params: dict[str, Any], check: Callable[[int, dict[str, Any]], T]
+                     ) -> tuple[list[dict[str, Any]], list[tuple[str, T]]]:
+    """A batch's entries through ``check(index, entry)``: -> (the ``Failed`` entries of those
+    it refused, ``(Id, checked value)`` of the others, in order)."""
+    failed: list[dict[str, Any]] = []
+    ready: list[tuple[str, T]] = []
+    for index, entry in enumerate(_batch_entries(params)):
+        try:
+            ready.append((entry["Id"], check(index, entry)))
+        except SqsError as exc:
+            failed.append(_failed(entry["Id"], exc))
+    return failed, ready
 
 
 # -- send -----------------------------------------------------------------------------------
@@ -223,14 +238,8 @@ async def send_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 
 async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     ref = queue_of(ctx, params)
-    entries = _batch_entries(params)
-    failed: list[dict[str, Any]] = []
-    ready: list[tuple[str, _Outgoing]] = []
-    for index, entry in enumerate(entries):
-        try:
-            ready.append((entry["Id"], _Outgoing(ctx, ref, entry, f"Entries[{index}]")))
-        except SqsError as exc:
-            failed.append(_failed(entry["Id"], exc))
+    failed, ready = _checked_entries(
+        params, lambda index, entry: _Outgoing(ctx, ref, entry, f"Entries[{index}]"))
     total = sum(out.size for _, out in ready)
     if total > MAX_PAYLOAD_BYTES:
         raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than "
@@ -341,13 +350,8 @@ async def delete_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]
 
 async def delete_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     ref = queue_of(ctx, params)
-    entries = _batch_entries(params)
-    failed, ready = [], []
-    for entry in entries:
-        try:
-            ready.append((entry["Id"], receipt_bytes(entry.get("ReceiptHandle"))))
-        except SqsError as exc:
-            failed.append(_failed(entry["Id"], exc))
+    failed, ready = _checked_entries(
+        params, lambda _, entry: receipt_bytes(entry.get("ReceiptHandle")))
     successful = []
     if ready:
         results = await _delete(ctx, ref, [handle for _, handle in ready])
@@ -399,16 +403,14 @@ async def change_message_visibility(ctx: Context, params: dict[str, Any]) -> dic
 async def change_message_visibility_batch(ctx: Context, params: dict[str, Any]
                                           ) -> dict[str, Any]:
     ref = queue_of(ctx, params)
-    entries = _batch_entries(params)
-    failed, ready = [], []
-    for entry in entries:
-        try:
-            timeout = int_param(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_S)
-            if timeout is None:
-                raise missing("VisibilityTimeout")
-            ready.append((entry["Id"], (receipt_bytes(entry.get("ReceiptHandle")), timeout)))
-        except SqsError as exc:
-            failed.append(_failed(entry["Id"], exc))
+
+    def check(_: int, entry: dict[str, Any]) -> tuple[bytes, int]:
+        timeout = int_param(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_S)
+        if timeout is None:
+            raise missing("VisibilityTimeout")
+        return receipt_bytes(entry.get("ReceiptHandle")), timeout
+
+    failed, ready = _checked_entries(params, check)
     successful = []
     if ready:
         results = await _change(ctx, ref, [change for _, change in ready])
