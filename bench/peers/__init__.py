@@ -35,7 +35,6 @@ class PeerServer(Protocol):
 
     def stop(self) -> int | None:
         """Stop it and remove its files; -> its exit code."""
-        ...
 
 
 @dataclass(frozen=True)
