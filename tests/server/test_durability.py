@@ -14,10 +14,9 @@ import pytest
 import trio
 
 from lamina.engine import Engine
-from lamina.engine.errors import LaminaError
 from lamina.engine.results import Sent
 from lamina.client import AsyncClient, Client, LaminaConnectionError
-from tests.support.servers import RawConnection, running_server
+from tests.support.servers import RawConnection, assert_nothing_acknowledged_lost, running_server
 
 
 async def test_group_commit_syncs_once_per_group_before_answering(tmp_path: Path) -> None:
@@ -141,21 +140,4 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, spawned: A
     assert len(acked_sent) > 100 and len(acked_deleted) > 10
 
     restarted = spawned(data=tmp_path / "data")
-    retained: dict[str, str] = {}
-    with Client.connect("127.0.0.1", restarted.port) as client:
-        after = None
-        while True:
-            page = client.peek("q", start=0, after=after, max=1000)
-            for peeked in page.messages:
-                assert not isinstance(peeked, LaminaError)
-                retained[peeked.id] = peeked.state
-            if page.next is None:
-                break
-            after = page.next
-    live = {message_id for message_id, state in retained.items()
-            if state not in ("deleted", "dead")}
-    assert not acked_deleted & live, "an acknowledged delete came back"
-    missing = acked_sent - set(retained) - received
-    assert not missing, f"acknowledged sends lost: {sorted(missing)[:5]}"
-    never_received = acked_sent - received
-    assert never_received <= live
+    assert_nothing_acknowledged_lost(restarted.port, "q", acked_sent, acked_deleted, received)

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lamina.engine.errors import LaminaError
-from lamina.client import Client
+from tests.support.servers import assert_nothing_acknowledged_lost
 from tests.support.sqs import sqs_client
 
 
@@ -87,23 +86,7 @@ def test_kill_9_under_sqs_load_loses_nothing_acknowledged(tmp_path: Path,
     assert len(acked_sent) > 50 and len(acked_deleted) > 10
 
     restarted = spawned("--sqs-port", "0", data=tmp_path / "data")
-    retained: dict[str, str] = {}
-    with Client.connect("127.0.0.1", restarted.port) as client:
-        after = None
-        while True:
-            page = client.peek("q", start=0, after=after, max=1000)
-            for peeked in page.messages:
-                assert not isinstance(peeked, LaminaError)
-                retained[peeked.id] = peeked.state
-            if page.next is None:
-                break
-            after = page.next
-    live = {message_id for message_id, state in retained.items()
-            if state not in ("deleted", "dead")}
-    assert not acked_deleted & live, "an acknowledged delete came back"
-    missing = acked_sent - set(retained) - received
-    assert not missing, f"acknowledged sends lost: {sorted(missing)[:5]}"
-    assert acked_sent - received <= live
+    assert_nothing_acknowledged_lost(restarted.port, "q", acked_sent, acked_deleted, received)
     again = sqs_client(_sqs_port(restarted)).send_message(
         QueueUrl=fifo.replace(str(port), str(_sqs_port(restarted))), MessageBody="x",
         MessageGroupId="g", MessageDeduplicationId="only-once")

@@ -22,7 +22,9 @@ from typing import Any, AsyncIterator, Iterator
 
 import trio
 
+from lamina.client import Client
 from lamina.engine import Engine
+from lamina.engine.errors import LaminaError
 from lamina.server.config import ServerConfig
 from lamina.server.keyring import KeyRing, ServerKey
 from lamina.server.server import Server
@@ -256,3 +258,26 @@ class RawConnection:
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
+
+
+def assert_nothing_acknowledged_lost(port: int, queue: str, acked_sent: set[str],
+                                     acked_deleted: set[str], received: set[str]) -> None:
+    """After a kill -9 and a restart on ``port``: no acknowledged send of ``queue`` is lost
+    and no acknowledged delete came back (by every retained message's peeked state)."""
+    retained: dict[str, str] = {}
+    with Client.connect("127.0.0.1", port) as client:
+        after = None
+        while True:
+            page = client.peek(queue, start=0, after=after, max=1000)
+            for peeked in page.messages:
+                assert not isinstance(peeked, LaminaError)
+                retained[peeked.id] = peeked.state
+            if page.next is None:
+                break
+            after = page.next
+    live = {message_id for message_id, state in retained.items()
+            if state not in ("deleted", "dead")}
+    assert not acked_deleted & live, "an acknowledged delete came back"
+    missing = acked_sent - set(retained) - received
+    assert not missing, f"acknowledged sends lost: {sorted(missing)[:5]}"
+    assert acked_sent - received <= live
