@@ -139,10 +139,14 @@ class Bridge:
         self._enter()
         try:
             self._pending[request_id] = pending
-            with trio.CancelScope(shield=True):  # once read, a request is applied, answered
-                if not (applier.apply_now(work) or applier.try_enqueue(self._inbox, work)):
-                    await applier.enqueue(self._inbox, work)
-                await pending.done.wait()
+            # Applied in place and answered already (no fsync to wait for): no wait, no
+            # checkpoint. Otherwise, once handed over, a request is applied and answered.
+            applied = applier.apply_now(work)
+            if pending.answer is None:
+                with trio.CancelScope(shield=True):
+                    if not (applied or applier.try_enqueue(self._inbox, work)):
+                        await applier.enqueue(self._inbox, work)
+                    await pending.done.wait()
         finally:
             self._leave()
         answer = pending.answer

@@ -1,5 +1,5 @@
-"""The SQS endpoint: HTTP/1.1 (h11 on trio, TLS with the server's certificate when it has
-one) in the server process, turned on by ``lamina serve --sqs-port PORT``.
+"""The SQS endpoint: HTTP/1.1 (httptools' parser, on trio; TLS with the server's certificate
+when it has one) in the server process, turned on by ``lamina serve --sqs-port PORT``.
 
 Each HTTP connection gets a :class:`~.bridge.Bridge` (it counts as one of the server's
 connections, and ends like one at shutdown); each request is read whole (headers at most
@@ -14,11 +14,11 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import uuid
 import ssl
 from typing import Any, Protocol
 
-import h11
 import trio
 
 from lamina.engine.errors import LaminaError
@@ -32,6 +32,7 @@ from ..ports import Applier, Reader
 from .bridge import Bridge
 from .context import Context, GatewayState
 from .errors import SqsError, from_lamina
+from .http1 import CONTINUE, HttpError, HttpRequest, RequestParser, render_response
 from .queues import Naming
 from .sigv4 import verify
 
@@ -134,106 +135,76 @@ class SqsGateway:
                 bridge.close()
             await trio.aclose_forcefully(wrapped)
 
-    async def _serve_connection(self, stream: trio.abc.Stream, bridge: Bridge) -> None:
-        connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-        idle_s = self.server.config.idle_timeout_s
+    async def _serve_connection(self, trio_stream: trio.abc.Stream, bridge: Bridge) -> None:
+        parser = RequestParser(MAX_HEADER_BYTES, MAX_BODY_BYTES)
+        stream = _Wire(trio_stream, self.server.config.idle_timeout_s)
         while not bridge.reading_done:
             try:
-                request, headers, body = await self._read_request(stream, connection, bridge,
-                                                                  idle_s)
-            except _RequestTooLarge as exc:
-                if connection.our_state is h11.SEND_RESPONSE:
-                    await self._send(stream, connection, _too_large(exc.what), close=True)
-                return
-            except h11.RemoteProtocolError as exc:
-                if connection.their_state is not h11.DONE and connection.our_state in (
-                        h11.IDLE, h11.SEND_RESPONSE):
-                    await self._send(stream, connection,
-                                     (exc.error_status_hint, [("Content-Type", "text/plain")],
-                                      str(exc).encode()), close=True)
+                request = await self._read_request(stream, parser, bridge)
+            except HttpError as exc:
+                error = (_too_large(exc.message, exc.status) if exc.status in (413, 431)
+                         else (exc.status, [("Content-Type", "text/plain")],
+                               exc.message.encode()))
+                await self._send(stream, error, close=True)
                 return
             if request is None:
                 return
-            response = await self.respond(bridge, request, headers, body)
-            close = bridge.reading_done
-            await self._send(stream, connection, response, close=close)
-            if close or connection.our_state is h11.MUST_CLOSE:
+            response = await self.respond(bridge, request)
+            close = bridge.reading_done or not request.keep_alive
+            await self._send(stream, response, close=close, head_only=request.method == "HEAD")
+            if close:
                 return
-            connection.start_next_cycle()
 
-    async def _read_request(self, stream: trio.abc.Stream, connection: h11.Connection,
-                            bridge: Bridge, idle_s: float
-                            ) -> tuple[Any, dict[str, str], bytes]:
-        """-> (request, its headers by lower-case name, body); (None, {}, b"") when the
-        connection is to close."""
-        request = None
-        headers: dict[str, str] = {}
-        chunks: list[bytes] = []
-        size = 0
+    async def _read_request(self, stream: _Wire, parser: RequestParser, bridge: Bridge
+                            ) -> HttpRequest | None:
+        """-> the next request; None when the connection is to close (the client closed it,
+        or was idle or too slow to send a request, or the server is shutting down)."""
+        request = parser.next_request()
+        if request is not None:
+            return request  # pipelined behind the one answered before
+        idle_s = stream.idle_s
         deadline = math.inf  # set by the request's first bytes
         while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                if connection.they_are_waiting_for_100_continue:
-                    await stream.send_all(connection.send(
-                        h11.InformationalResponse(status_code=100, headers=[])))
-                data = b""
-                idle = request is None and not connection.trailing_data[0]
-                with trio.move_on_at(min(trio.current_time() + idle_s, deadline)) as timer:
-                    if idle:
-                        bridge.idle_scope = timer
-                    try:
-                        data = bytes(await stream.receive_some(RECEIVE_CHUNK_BYTES))
-                    finally:
-                        bridge.idle_scope = None
-                if timer.cancelled_caught:
-                    return None, {}, b""  # idle, shutting down, or too slow to send a request
-                if deadline == math.inf:
-                    deadline = trio.current_time() + REQUEST_READ_S
-                if request is None:
-                    # A request's first bytes: with several clients the next request is
-                    # often close behind. Not the rest of a request (an SDK writes its
-                    # headers and body apart): polling after those caught nothing.
-                    self.server.busy_poll.kick()
-                connection.receive_data(data)
-                continue
-            if isinstance(event, h11.Request):
-                request = event
-                headers, size_bytes = _header_map(event.headers.raw_items())
-                if size_bytes + len(event.target) > MAX_HEADER_BYTES:
-                    raise _RequestTooLarge("headers")
-                length = headers.get("content-length", "")
-                if length.isdigit() and int(length) > MAX_BODY_BYTES:
-                    raise _RequestTooLarge("body")
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > MAX_BODY_BYTES:
-                    raise _RequestTooLarge("body")
-                chunks.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                return request, headers, b"".join(chunks)
-            elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-                return None, {}, b""
+            if parser.continue_wanted:
+                parser.continue_sent()
+                await stream.send_all(CONTINUE)
+            idle = not parser.in_request
+            with trio.move_on_at(min(trio.current_time() + idle_s, deadline)) as timer:
+                if idle:
+                    bridge.idle_scope = timer
+                try:
+                    data = await stream.receive()
+                finally:
+                    bridge.idle_scope = None
+            if timer.cancelled_caught or not data:
+                return None
+            if deadline == math.inf:
+                deadline = trio.current_time() + REQUEST_READ_S
+            if idle:
+                # A request's first bytes: with several clients the next request is often
+                # close behind. Not the rest of a request (an SDK may write its headers and
+                # body apart): polling after those caught nothing.
+                self.server.busy_poll.kick()
+            parser.feed(data)
+            request = parser.next_request()
+            if request is not None:
+                return request
 
-    async def _send(self, stream: trio.abc.Stream, connection: h11.Connection,
-                    response: Response, close: bool) -> None:
+    async def _send(self, stream: _Wire, response: Response, close: bool,
+                    head_only: bool = False) -> None:
         status, headers, body = response
-        headers = [*headers, ("Content-Length", str(len(body)))]
-        if close:
-            headers.append(("Connection", "close"))
-        data = connection.send(h11.Response(status_code=status, headers=headers))
-        data += connection.send(h11.Data(data=body)) if body else b""
-        data += connection.send(h11.EndOfMessage())
-        await stream.send_all(data)
+        await stream.send_all(render_response(status, headers, body, close=close,
+                                              head_only=head_only))
 
     # -- one request ---------------------------------------------------------------------------
 
-    async def respond(self, bridge: Bridge, request: h11.Request, headers: dict[str, str],
-                      body: bytes) -> Response:
+    async def respond(self, bridge: Bridge, request: HttpRequest) -> Response:
         """Run one request; -> its answer in its protocol's shape."""
         request_id = f"{self._request_id_prefix}{next(self._request_numbers):012x}"
-        method = request.method.decode("ascii", "replace")
-        target = request.target.decode("latin-1")
+        method = request.method
+        target = request.target
+        headers = request.headers
+        body = request.body
         is_json = "x-amz-target" in headers
         action = "?"
         try:
@@ -278,28 +249,49 @@ class SqsGateway:
         return key.secret if key is not None else None
 
 
-def _header_map(items: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
-    """Raw header pairs -> (values by lower-case name, repeated ones joined with commas as
-    SigV4 canonicalizes them; their size in bytes)."""
-    headers: dict[str, str] = {}
-    size_bytes = 0
-    for raw_name, raw_value in items:
-        size_bytes += len(raw_name) + len(raw_value) + 4
-        name = raw_name.decode("latin-1").lower()
-        value = raw_value.decode("latin-1")
-        headers[name] = f"{headers[name]},{value}" if name in headers else value
-    return headers, size_bytes
+class _Wire:
+    """One HTTP connection's bytes in and out. Plain TCP reads and writes the socket's
+    descriptor directly: trio's stream costs a context manager and a scheduler round per call,
+    more than the system call itself, and a request needs two of them. TLS goes through the
+    stream. Either way a wait for bytes is the caller's to bound; an answer the client does
+    not take within the idle timeout closes the connection."""
+
+    def __init__(self, stream: trio.abc.Stream, idle_s: float) -> None:
+        self.stream = stream
+        self.idle_s = idle_s
+        self._fd = (stream.socket.fileno() if isinstance(stream, trio.SocketStream)
+                    else None)
+
+    async def receive(self) -> bytes:
+        """The next bytes the client sent (b"": it closed or reset the connection)."""
+        fd = self._fd
+        if fd is None:
+            return bytes(await self.stream.receive_some(RECEIVE_CHUNK_BYTES))
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            try:
+                return os.read(fd, RECEIVE_CHUNK_BYTES)
+            except BlockingIOError:
+                continue
+            except OSError:  # reset by the peer: the same as EOF here
+                return b""
+
+    async def send_all(self, data: bytes) -> None:
+        fd = self._fd
+        if fd is not None:
+            try:
+                written = os.write(fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
+            if written == len(data):
+                return
+            data = data[written:]
+        with trio.fail_after(self.idle_s):  # TooSlowError ends the connection
+            await self.stream.send_all(data)
 
 
-class _RequestTooLarge(Exception):
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
-
-
-def _too_large(what: str) -> Response:
-    limit = MAX_BODY_BYTES if what == "body" else MAX_HEADER_BYTES
-    error = SqsError("RequestEntityTooLarge", f"The request {what} is larger than "
-                     f"{limit} bytes.")
-    status, headers, body = jsonproto.render_error(error)
-    return (status if what == "body" else 431), headers, body
+def _too_large(message: str, status: int) -> Response:
+    _, headers, body = jsonproto.render_error(SqsError("RequestEntityTooLarge", message))
+    return status, headers, body
