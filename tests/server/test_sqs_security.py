@@ -228,3 +228,35 @@ def test_a_request_trickling_in_is_cut_off(tmp_path: Path,
             started = time.monotonic()
             assert raw.recv(100) == b""  # closed without an answer
             assert time.monotonic() - started < 5
+
+
+def test_a_client_that_takes_no_answer_is_disconnected_after_the_idle_timeout(
+        tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data", idle_timeout_s=1.0) as running:
+        port = running.server.sqs_port
+        sqs = sqs_client(port)
+        url = sqs.create_queue(QueueName="big")["QueueUrl"]
+        for _ in range(10):
+            sqs.send_message(QueueUrl=url, MessageBody="x" * 1_000_000)
+        connections = running.server.connections
+        deadline = time.monotonic() + 10
+        while connections:  # boto3's own connection idles out first
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with socket.socket() as raw:
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            raw.connect(("127.0.0.1", port))
+            body = b'{"QueueUrl": "%s", "MaxNumberOfMessages": 10}' % url.encode()
+            raw.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n"
+                        b"X-Amz-Target: AmazonSQS.ReceiveMessage\r\n"
+                        b"Content-Type: application/x-amz-json-1.0\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            deadline = time.monotonic() + 5
+            while not connections:
+                assert time.monotonic() < deadline, "the connection was never counted"
+                time.sleep(0.01)
+            # 10 MB of answer, more than the sockets' buffers hold: it stalls, unread.
+            deadline = time.monotonic() + 10
+            while connections:
+                assert time.monotonic() < deadline, "still connected after the idle timeout"
+                time.sleep(0.05)
