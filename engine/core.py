@@ -102,6 +102,7 @@ class EngineCore(StoreRecovery):
         # a server wakes waiting receives with it.
         self.on_activity: Callable[[str], None] | None = None
         self._group_depth = 0
+        self._frame = OperationFrame(self)
         self._unsynced = False
         self._closed = False
         self._persisted_clock = -1
@@ -199,44 +200,13 @@ class EngineCore(StoreRecovery):
 
     # -- the operation frame -------------------------------------------------------------------
 
-    @contextmanager
-    def _operation(self) -> Iterator[int]:
-        """Frame of every public operation: yields ``now``; writes what the operation changed
-        as one atomic batch when it returns (and syncs the WAL with ``fsync``, unless inside
-        a group: the group's owner syncs once for all of them)."""
-        if self._closed:
-            raise Unavailable("the engine is closed")
-        if self._broken is not None:  # a write failed: reopen the store first (recovery.py)
-            self._ensure_store()
-        now = self._now = self._clock.now()
-        deadlines = self._deadlines
-        try:
-            if deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now:
-                # Dead-letter moves due anywhere come first, written as their own batch so
-                # that the operation reads them.
-                self._apply_due_expiries(now)
-                self._write_pending()
-            if deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now:
-                self._apply_due_lapses(now)  # likewise: topic heads whose lease ran out
-                self._write_pending()
-            try:
-                yield now
-            except LaminaError:
-                # Refused before changing anything (rule 1); what is pending was brought to
-                # `now` by the frame (expiries) and stands on its own.
-                self._write_pending()
-                raise
-            self._write_pending()
-        except _WriteFailed as exc:
-            raise Unavailable(f"storage write failed, nothing changed: {exc}") from None
-        except LaminaError:
-            raise
-        except Exception as exc:
-            log.exception("internal error; rebuilding state from the store")
-            self._recover()
-            raise InternalError(f"{type(exc).__name__}: {exc}") from exc
-        if self._group_depth == 0 and self.fsync and self._unsynced:
-            self.sync_wal()
+    def _operation(self) -> OperationFrame:
+        """Frame of every public operation (``with core._operation() as now``): yields
+        ``now``; writes what the operation changed as one atomic batch when it returns (and
+        syncs the WAL with ``fsync``, unless inside a group: the group's owner syncs once for
+        all of them). One frame object serves every operation (it holds no state of its own,
+        so operations may nest)."""
+        return self._frame
 
     @contextmanager
     def group(self) -> Iterator[None]:
@@ -580,3 +550,73 @@ class EngineCore(StoreRecovery):
             if (lease is not None and lease.state == LEASED and lease.due_ms == due
                     and topic_id is not None and topic_id in t.topic_from):
                 self._topics.head_lapsed(q, t, seq, topic_id, due)
+
+
+class OperationFrame:
+    """The operation frame (``EngineCore._operation``) as a plain context manager: a
+    generator-based one cost a generator, its frame and two extra calls per operation."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: EngineCore) -> None:
+        self._core = core
+
+    def __enter__(self) -> int:
+        core = self._core
+        if core._closed:
+            raise Unavailable("the engine is closed")
+        if core._broken is not None:  # a write failed: reopen the store first (recovery.py)
+            core._ensure_store()
+        now = core._now = core._clock.now()
+        deadlines = core._deadlines
+        if ((deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now)
+                or (deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now)):
+            try:
+                if deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now:
+                    # Dead-letter moves due anywhere come first, written as their own batch
+                    # so that the operation reads them.
+                    core._apply_due_expiries(now)
+                    core._write_pending()
+                if deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now:
+                    core._apply_due_lapses(now)  # likewise: topic heads whose lease ran out
+                    core._write_pending()
+            except Exception as exc:
+                self._raise_failure(exc)
+        return now
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: Any) -> bool:
+        core = self._core
+        if exc_type is None:
+            try:
+                core._write_pending()
+            except Exception as error:
+                self._raise_failure(error)
+            if core._group_depth == 0 and core.fsync and core._unsynced:
+                core.sync_wal()
+            return False
+        if not issubclass(exc_type, Exception):
+            return False  # KeyboardInterrupt and the like pass through untouched
+        if issubclass(exc_type, LaminaError):
+            # Refused before changing anything (rule 1); what is pending was brought to
+            # ``now`` by the frame (expiries) and stands on its own.
+            try:
+                core._write_pending()
+            except Exception as error:
+                self._raise_failure(error)
+            return False
+        assert exc is not None
+        self._raise_failure(exc)
+        return False  # not reached: _raise_failure raises
+
+    def _raise_failure(self, exc: BaseException) -> None:
+        """Raise what an operation that failed with ``exc`` raises: ``Unavailable`` for a
+        failed write (nothing changed), a ``LaminaError`` as it is, anything else (a bug)
+        ``InternalError`` once memory is rebuilt from the store (rule 2)."""
+        if isinstance(exc, _WriteFailed):
+            raise Unavailable(f"storage write failed, nothing changed: {exc}") from None
+        if isinstance(exc, LaminaError):
+            raise exc
+        log.error("internal error; rebuilding state from the store", exc_info=exc)
+        self._core._recover()
+        raise InternalError(f"{type(exc).__name__}: {exc}") from exc
