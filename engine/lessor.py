@@ -99,10 +99,10 @@ class Lessor:
             lease.number = number
             if not lease.first_ms:
                 lease.first_ms = self.now
+        receipt = lease.receipt = self.issue(self.q.id, t.id, lane, seq, number)
         if 0 < topic_id < DEAD_MARK:
             t.lock(topic_id, seq)
         self.engine._lease_saved(self.q, t, seq, lease, old_due)
-        receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
         self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first_ms,
                                  lease.due_ms))
 
@@ -114,11 +114,12 @@ class Lessor:
         t, due, now = self.t, self.due_ms, self.now
         number = t.lease_counter
         t.lease_counter = number + 1
-        lease = Lease(LEASED, lane, due, 1, now, number)
+        qid, tid, store = self.q.id, t.id, self.store
+        receipt = self.issue(qid, tid, lane, seq, number)
+        lease = Lease(LEASED, lane, due, 1, now, number, receipt)
         heappush(t.row_heap, seq)
         heappush(t.lease_heap, seq)
         t.leases[seq] = lease
-        qid, tid, store = self.q.id, t.id, self.store
         batch_put = store.batch.put
         batch_put(keys.lease_key(qid, tid, seq), lease.encode(), store.leases_h)
         store.pending += 1
@@ -126,8 +127,7 @@ class Lessor:
         if not self._due_watched:
             self._due_watched = True
             self.engine._deadlines.watch_lease_due(self.q, t, due)
-        self.out.append(Delivery(value[PREFIX_SIZE:], self.issue(qid, tid, lane, seq, number),
-                                 1, now, due))
+        self.out.append(Delivery(value[PREFIX_SIZE:], receipt, 1, now, due))
 
 
     def _active_again(self) -> None:

@@ -19,6 +19,7 @@ looks again.
 from __future__ import annotations
 
 import heapq
+from hmac import compare_digest
 from typing import Any, Sequence
 
 from . import keys
@@ -31,6 +32,7 @@ from .errors import (
     LaminaError,
     StaleReceipt,
 )
+from .receipts import RECEIPT_BYTES, ReceiptCodec
 from .results import Delivery, Sent, VisibilityChanged
 from .state import LEASED, Lease, QueueState, TagState
 from .validation import (
@@ -97,8 +99,17 @@ class MessagingOps:
         """-> (seq, lease) for a receipt naming the current lease of a message, or raise
         ``InvalidReceipt`` (not ours for this queue and tag) / ``StaleReceipt`` (not current)."""
         core = self._core
-        _, seq, number = core._receipts.open(receipt, q.id, t.id)
-        lease = t.leases.get(seq)
+        lease = None
+        if type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
+            # The usual case: the very receipt this process issued for the lease (no MAC).
+            seq, number = ReceiptCodec.claimed_lease(receipt)
+            lease = t.leases.get(seq)
+            if lease is not None and (lease.receipt is None
+                                      or not compare_digest(lease.receipt, receipt)):
+                lease = None
+        if lease is None:
+            _, seq, number = core._receipts.open(receipt, q.id, t.id)
+            lease = t.leases.get(seq)
         if (lease is None or lease.state != LEASED or lease.number != number
                 or lease.due_ms <= now or seq < q.gone_seq):
             raise StaleReceipt("receipt: the lease is no longer current")
@@ -173,6 +184,7 @@ class MessagingOps:
                                                                  lease.number)
                 else:
                     receipt = None
+                lease.receipt = receipt
                 self._core._lease_saved(q, t, seq, lease, old_due)
                 results.append(VisibilityChanged(receipt, lease.due_ms))
                 if not timeout_ms:  # the lease ended now: a dead letter, or Active again
