@@ -87,8 +87,8 @@ class MessagingOps:
             core._advance(q, now)
             deliveries = Lessor(self._core, q, t, now, visibility_ms, count, max_bytes).run()
             if deliveries:
-                core._counters.count(q.id, t.id, RECEIVED, len(deliveries))
-                core._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
+                core._counters.count(q.id, t.id, RECEIVED, len(deliveries),
+                                     BYTES_OUT, sum(len(d.record) for d in deliveries))
             core._settle(q, now)
             return deliveries
 
