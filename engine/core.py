@@ -292,8 +292,9 @@ class EngineCore(StoreRecovery):
     @staticmethod
     def _tag(q: QueueState, name: object) -> TagState:
         if name is None:
-            name = DEFAULT_TAG
-        check_name(name, "tag")
+            name = DEFAULT_TAG  # a valid name: nothing to check
+        else:
+            check_name(name, "tag")
         t = q.tag_named(name)  # type: ignore[arg-type]
         if t is None:
             raise TagNotFound(f"tag: queue {q.name!r} has no tag {name!r}", field="tag")
