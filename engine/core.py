@@ -31,14 +31,13 @@ from .counters import EXPIRED, Counters
 from .deadlines import Deadlines
 from .deadmoves import DeadLetters
 from .errors import (
-    InternalError,
     InvalidArgument,
-    LaminaError,
     QueueNotFound,
     TagNotFound,
     Unavailable,
 )
 from .floors import delayed_floor, tag_floor
+from .frame import OperationFrame, WriteFailed
 from .grants import Grants
 from .loading import headed_topic, lease_rows, read_queue, tag_definitions
 from .receipts import ReceiptCodec, load_or_create_key
@@ -69,10 +68,6 @@ MIGRATES_FROM = (1,)
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
-
-
-class _WriteFailed(Exception):
-    """A batch could not be written; nothing of it took effect."""
 
 
 class EngineCore(StoreRecovery):
@@ -226,7 +221,7 @@ class EngineCore(StoreRecovery):
     def _write_pending(self) -> None:
         """Write the pending batch with the engine clock. On failure what the batch would have
         changed is rebuilt from the store, which never saw it (recovery.py), and
-        ``_WriteFailed`` is raised."""
+        ``WriteFailed`` is raised."""
         store = self._store
         if self._counters.dirty:
             self._counters.write()
@@ -239,7 +234,7 @@ class EngineCore(StoreRecovery):
             store.flush()
         except Exception as exc:
             self._write_failed(exc)
-            raise _WriteFailed(str(exc)) from exc
+            raise WriteFailed(str(exc)) from exc
         self._persisted_clock = now
         self._unsynced = True
 
@@ -552,72 +547,3 @@ class EngineCore(StoreRecovery):
                     and topic_id is not None and topic_id in t.topic_from):
                 self._topics.head_lapsed(q, t, seq, topic_id, due)
 
-
-class OperationFrame:
-    """The operation frame (``EngineCore._operation``) as a plain context manager: a
-    generator-based one cost a generator, its frame and two extra calls per operation."""
-
-    __slots__ = ("_core",)
-
-    def __init__(self, core: EngineCore) -> None:
-        self._core = core
-
-    def __enter__(self) -> int:
-        core = self._core
-        if core._closed:
-            raise Unavailable("the engine is closed")
-        if core._broken is not None:  # a write failed: reopen the store first (recovery.py)
-            core._ensure_store()
-        now = core._now = core._clock.now()
-        deadlines = core._deadlines
-        if ((deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now)
-                or (deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now)):
-            try:
-                if deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now:
-                    # Dead-letter moves due anywhere come first, written as their own batch
-                    # so that the operation reads them.
-                    core._apply_due_expiries(now)
-                    core._write_pending()
-                if deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now:
-                    core._apply_due_lapses(now)  # likewise: topic heads whose lease ran out
-                    core._write_pending()
-            except Exception as exc:
-                self._raise_failure(exc)
-        return now
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: Any) -> bool:
-        core = self._core
-        if exc_type is None:
-            try:
-                core._write_pending()
-            except Exception as error:
-                self._raise_failure(error)
-            if core._group_depth == 0 and core.fsync and core._unsynced:
-                core.sync_wal()
-            return False
-        if not issubclass(exc_type, Exception):
-            return False  # KeyboardInterrupt and the like pass through untouched
-        if issubclass(exc_type, LaminaError):
-            # Refused before changing anything (rule 1); what is pending was brought to
-            # ``now`` by the frame (expiries) and stands on its own.
-            try:
-                core._write_pending()
-            except Exception as error:
-                self._raise_failure(error)
-            return False
-        assert exc is not None
-        self._raise_failure(exc)
-        return False  # not reached: _raise_failure raises
-
-    def _raise_failure(self, exc: BaseException) -> None:
-        """Raise what an operation that failed with ``exc`` raises: ``Unavailable`` for a
-        failed write (nothing changed), a ``LaminaError`` as it is, anything else (a bug)
-        ``InternalError`` once memory is rebuilt from the store (rule 2)."""
-        if isinstance(exc, _WriteFailed):
-            raise Unavailable(f"storage write failed, nothing changed: {exc}") from None
-        if isinstance(exc, LaminaError):
-            raise exc
-        log.error("internal error; rebuilding state from the store", exc_info=exc)
-        self._core._recover()
-        raise InternalError(f"{type(exc).__name__}: {exc}") from exc

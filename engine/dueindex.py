@@ -72,7 +72,7 @@ class DueIndex:
         """The pairs from ``lower`` (inclusive) with due time up to ``upper_due_ms``
         (inclusive), as a list: the caller may change the index while it goes through them."""
         low_due, low_seq = lower
-        found = []
+        found: list[tuple[int, int]] = []
         for due in self.dues.irange(low_due, upper_due_ms):
             found.extend((due, seq) for seq in sorted(self.buckets[due])
                          if due != low_due or seq >= low_seq)
