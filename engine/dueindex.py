@@ -14,18 +14,27 @@ Invariants:
 - entries are unique pairs; walks see them in ascending (due, seq).
 
 Entries are grouped by due time: the leases of one receive share theirs, so a lease costs a
-dict insert and a dict removal in its group (``buckets``), and only the distinct due times
-are kept sorted (a ``sortedcontainers.SortedList``). A group's seqs are sorted when a walk or
+dict insert and a dict removal in its group (``buckets``; a group of one lease is its seq
+alone, which costs a fraction of a dict's memory), and only the distinct due times are kept
+sorted (a ``sortedcontainers.SortedList``). A group's seqs are sorted when a walk or
 read reaches the group (rarely: only for leases that ran out or are read in order).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Collection, Iterator
 
 from sortedcontainers import SortedList
 
 __all__ = ["DueIndex", "DueWalk"]
+
+#: A group: its one seq (most groups of single receives hold one lease: an int costs a
+#: fraction of a dict), or its seqs as the keys of a dict (insertion order).
+Group = int | dict[int, None]
+
+
+def _seqs(group: Group) -> Collection[int]:
+    return (group,) if isinstance(group, int) else group
 
 
 class DueIndex:
@@ -34,33 +43,44 @@ class DueIndex:
     __slots__ = ("buckets", "dues", "version")
 
     def __init__(self) -> None:
-        self.buckets: dict[int, dict[int, None]] = {}  # due -> its seqs (insertion order)
+        self.buckets: dict[int, Group] = {}  # due -> its seqs
         self.dues: SortedList = SortedList()  # the due times of the non-empty buckets
         self.version = 0  # bumped by every add: a walk re-sorts a group that grew
 
     def __len__(self) -> int:
-        return sum(len(bucket) for bucket in self.buckets.values())
+        return sum(len(_seqs(bucket)) for bucket in self.buckets.values())
 
     def add(self, due_ms: int, seq: int) -> None:
         """Index a LEASED lease (again: adding a pair already there changes nothing)."""
-        bucket = self.buckets.get(due_ms)
+        buckets = self.buckets
+        bucket = buckets.get(due_ms)
         if bucket is None:
-            self.buckets[due_ms] = {seq: None}
+            buckets[due_ms] = seq
             self.dues.add(due_ms)
-        else:
+        elif bucket.__class__ is dict:  # an attribute, not a call: the usual path
             bucket[seq] = None
+        elif bucket != seq:  # a one-seq group becomes a dict
+            buckets[due_ms] = {bucket: None, seq: None}  # type: ignore[dict-item]
         self.version += 1
 
     #: ``add`` for the first lease of ``seq`` (the same operation, named for its callers).
     add_new = add
 
     def discard(self, due_ms: int, seq: int) -> None:
-        bucket = self.buckets.get(due_ms)
-        if bucket is not None and seq in bucket:
+        buckets = self.buckets
+        bucket = buckets.get(due_ms)
+        if bucket is None:
+            return
+        if bucket.__class__ is dict:
+            if seq not in bucket:
+                return
             del bucket[seq]
-            if not bucket:
-                del self.buckets[due_ms]
-                self.dues.remove(due_ms)
+            if bucket:
+                return
+        elif bucket != seq:
+            return  # a one-seq group of another seq
+        del buckets[due_ms]
+        self.dues.remove(due_ms)
 
     def first_due_after(self, time_ms: int) -> int | None:
         """The earliest due time later than ``time_ms``, or None."""
@@ -74,7 +94,7 @@ class DueIndex:
         low_due, low_seq = lower
         found: list[tuple[int, int]] = []
         for due in self.dues.irange(low_due, upper_due_ms):
-            found.extend((due, seq) for seq in sorted(self.buckets[due])
+            found.extend((due, seq) for seq in sorted(_seqs(self.buckets[due]))
                          if due != low_due or seq >= low_seq)
         return found
 
@@ -85,7 +105,7 @@ class DueIndex:
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         buckets = self.buckets
-        return ((due, seq) for due in list(self.dues) for seq in sorted(buckets[due]))
+        return ((due, seq) for due in list(self.dues) for seq in sorted(_seqs(buckets[due])))
 
 
 class DueWalk:
@@ -113,8 +133,9 @@ class DueWalk:
             if self._due > self._upper:
                 self.current = None
                 return
-            bucket = index.buckets.get(self._due)
-            if bucket is not None:
+            group = index.buckets.get(self._due)
+            if group is not None:
+                bucket = _seqs(group)
                 if self._version != index.version or not self._sorted:
                     self._sorted = sorted(bucket)
                     self._version = index.version
