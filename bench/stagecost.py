@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -27,9 +28,7 @@ from typing import Any, Callable
 BODY_BYTES = 256
 BATCH = 16
 PACKAGES = ("engine", "server", "wire", "client")
-
-# (kind, stage) figures a round reports; "engine" stages call the engine alone.
-KINDS = ("ping", "send1", "send16", "receive16", "delete16")
+STAGES = ("decode", "apply", "encode")
 
 
 def _import_tree(root: Path) -> None:
@@ -67,10 +66,10 @@ class _Child:
                 ) -> list[bytes]:
         return [self.client.encode_request(op, args_of(i))[1] for i in range(count)]
 
-    def _stages(self, op: str, frames: list[bytes], apply: Callable[[Any], Any]
+    def _stages(self, frames: list[bytes], apply: Callable[[Any], Any]
                 ) -> tuple[float, float, float]:
         """Decode every frame, apply every request, encode every answer: µs a request each."""
-        clock = __import__("time").process_time_ns
+        clock = time.process_time_ns
         server = self.server
         started = clock()
         requests = [server.receive_data(frame)[0] for frame in frames]
@@ -96,7 +95,8 @@ class _Child:
                                         1 << 21)
 
     def round(self, calls: int) -> dict[str, float]:
-        import time
+        """One round: ``calls`` requests of each kind -> {"kind.stage": µs}; "engine.*"
+        figures call the engine alone."""
         clock = time.process_time_ns
         engine, figures = self.engine, {}
         for kind, op, args in (("ping", "ping", lambda i: {}),
@@ -104,8 +104,7 @@ class _Child:
                                ("send16", "send",
                                 lambda i: {"queue": "q", "messages": self.sixteen})):
             frames = self._frames(op, args, calls)
-            for stage, value in zip(("decode", "apply", "encode"),
-                                    self._stages(op, frames, self._apply)):
+            for stage, value in zip(STAGES, self._stages(frames, self._apply)):
                 figures[f"{kind}.{stage}"] = value
         # receive 16 then delete them, request by request (16 in flight, as a consumer does).
         totals = dict.fromkeys(("receive16", "delete16"), (0, 0, 0))
@@ -118,13 +117,13 @@ class _Child:
                 received.extend(delivery[1] for delivery in answer.deliveries)
                 return answer
 
-            stages = self._stages("receive", frames, receive)
+            stages = self._stages(frames, receive)
             totals["receive16"] = tuple(a + b for a, b in zip(totals["receive16"], stages))
             frames = self._frames("delete", lambda i: {"queue": "q", "receipts": received}, 1)
-            stages = self._stages("delete", frames, self._apply)
+            stages = self._stages(frames, self._apply)
             totals["delete16"] = tuple(a + b for a, b in zip(totals["delete16"], stages))
         for kind, sums in totals.items():
-            for stage, value in zip(("decode", "apply", "encode"), sums):
+            for stage, value in zip(STAGES, sums):
                 figures[f"{kind}.{stage}"] = value / calls
         # The engine alone.
         started = clock()
