@@ -63,9 +63,6 @@ class DueIndex:
             buckets[due_ms] = {bucket: None, seq: None}  # type: ignore[dict-item]
         self.version += 1
 
-    #: ``add`` for the first lease of ``seq`` (the same operation, named for its callers).
-    add_new = add
-
     def discard(self, due_ms: int, seq: int) -> None:
         buckets = self.buckets
         bucket = buckets.get(due_ms)
