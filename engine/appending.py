@@ -162,11 +162,12 @@ class Appender:
         # log prefix are the same for all of them.
         plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
         plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
-        written = bytes_in = 0
+        written = bytes_in = refused = 0
         for index, raw in enumerate(messages):
             if capacity <= 0 and type(raw) is not _Entry:
                 append(QueueFull(f"messages[{index}]: queue {q.name!r} retains max_messages "
                                  f"{q.attributes['max_messages']}"))
+                refused += 1
                 continue
             if type(raw) is bytes and plain_ok and 0 < len(raw) <= max_size:
                 body, delay_ms, lane = raw, 0, DEFAULT_PRIORITY
@@ -184,6 +185,7 @@ class Appender:
                         entry = parse_send_entry(raw, index, q)
                     except LaminaError as exc:
                         append(exc.with_traceback(None))  # frames would pin the store
+                        refused += 1
                         continue
                 body, delay_ms, lane = entry.body, entry.delay_ms, entry.priority
                 seq = q.next_seq
@@ -233,7 +235,7 @@ class Appender:
             append(Sent(msg_id, now, md5))
         store.pending += written
         if first_in_lane:
-            self._count_sent(q, results, messages, bytes_in)
+            self._count_sent(q, results, messages, len(results) - refused, bytes_in)
             put = store.put
             if now > q.indexed_ms:
                 put(store.time_h, keys.time_key(qid, now, min(first_in_lane.values())), b"")
@@ -292,28 +294,28 @@ class Appender:
         return tail + 1
 
     def _count_sent(self, q: QueueState, results: list[Any], messages: list[Any],
-                    bytes_in: int) -> None:
+                    sent_count: int, bytes_in: int) -> None:
         """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag for the messages the
         tag receives (a filtered tag decodes the attributes of each)."""
-        accepted = [(raw, sent) for raw, sent in zip(messages, results)
-                    if isinstance(sent, Sent)]
-        self._context._counters.count(q.id, 0, SENT, len(accepted))
-        self._context._counters.count(q.id, 0, BYTES_IN, bytes_in)
+        counters, now = self._context._counters, self._context._now
+        accepted: list[tuple[Any, Any]] | None = None
+        counters.count(q.id, 0, SENT, sent_count, BYTES_IN, bytes_in)
         for t in q.tags.values():
-            if t.filter is None and t.start_ms <= self._context._now:
-                self._context._counters.count(q.id, t.id, SENT, len(accepted))
-                self._context._counters.count(q.id, t.id, BYTES_IN, bytes_in)
+            if t.filter is None and t.start_ms <= now:
+                counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
                 continue
+            if accepted is None:
+                accepted = [(raw, sent) for raw, sent in zip(messages, results)
+                            if type(sent) is Sent]
             count = size = 0
             for raw, sent in accepted:
                 attributes, body_size, _ = self._sent_attributes(raw)
-                if t.start_ms <= self._context._now and (t.filter is None
-                                                or filter_matches(t.filter, attributes)):
+                if t.start_ms <= now and (t.filter is None
+                                          or filter_matches(t.filter, attributes)):
                     count += 1
                     size += body_size
             if count:
-                self._context._counters.count(q.id, t.id, SENT, count)
-                self._context._counters.count(q.id, t.id, BYTES_IN, size)
+                counters.count(q.id, t.id, SENT, count, BYTES_IN, size)
 
     def _index_delay(self, q: QueueState, seq: int, lane: int, visible: int) -> None:
         """Enter a delayed message in the queue-level delay indexes (two rows, no pending

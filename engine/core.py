@@ -31,14 +31,13 @@ from .counters import EXPIRED, Counters
 from .deadlines import Deadlines
 from .deadmoves import DeadLetters
 from .errors import (
-    InternalError,
     InvalidArgument,
-    LaminaError,
     QueueNotFound,
     TagNotFound,
     Unavailable,
 )
 from .floors import delayed_floor, tag_floor
+from .frame import OperationFrame, WriteFailed
 from .grants import Grants
 from .loading import headed_topic, lease_rows, read_queue, tag_definitions
 from .receipts import ReceiptCodec, load_or_create_key
@@ -71,10 +70,6 @@ SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
 
 
-class _WriteFailed(Exception):
-    """A batch could not be written; nothing of it took effect."""
-
-
 class EngineCore(StoreRecovery):
     """State and mechanics shared by the operation groups. Not thread-safe: one caller at a
     time (the server runs every operation on its event loop thread).
@@ -102,6 +97,7 @@ class EngineCore(StoreRecovery):
         # a server wakes waiting receives with it.
         self.on_activity: Callable[[str], None] | None = None
         self._group_depth = 0
+        self._frame = OperationFrame(self)
         self._unsynced = False
         self._closed = False
         self._persisted_clock = -1
@@ -199,44 +195,13 @@ class EngineCore(StoreRecovery):
 
     # -- the operation frame -------------------------------------------------------------------
 
-    @contextmanager
-    def _operation(self) -> Iterator[int]:
-        """Frame of every public operation: yields ``now``; writes what the operation changed
-        as one atomic batch when it returns (and syncs the WAL with ``fsync``, unless inside
-        a group: the group's owner syncs once for all of them)."""
-        if self._closed:
-            raise Unavailable("the engine is closed")
-        if self._broken is not None:  # a write failed: reopen the store first (recovery.py)
-            self._ensure_store()
-        now = self._now = self._clock.now()
-        deadlines = self._deadlines
-        try:
-            if deadlines.expiry_heap and deadlines.expiry_heap[0][0] <= now:
-                # Dead-letter moves due anywhere come first, written as their own batch so
-                # that the operation reads them.
-                self._apply_due_expiries(now)
-                self._write_pending()
-            if deadlines.lapse_heap and deadlines.lapse_heap[0][0] <= now:
-                self._apply_due_lapses(now)  # likewise: topic heads whose lease ran out
-                self._write_pending()
-            try:
-                yield now
-            except LaminaError:
-                # Refused before changing anything (rule 1); what is pending was brought to
-                # `now` by the frame (expiries) and stands on its own.
-                self._write_pending()
-                raise
-            self._write_pending()
-        except _WriteFailed as exc:
-            raise Unavailable(f"storage write failed, nothing changed: {exc}") from None
-        except LaminaError:
-            raise
-        except Exception as exc:
-            log.exception("internal error; rebuilding state from the store")
-            self._recover()
-            raise InternalError(f"{type(exc).__name__}: {exc}") from exc
-        if self._group_depth == 0 and self.fsync and self._unsynced:
-            self.sync_wal()
+    def _operation(self) -> OperationFrame:
+        """Frame of every public operation (``with core._operation() as now``): yields
+        ``now``; writes what the operation changed as one atomic batch when it returns (and
+        syncs the WAL with ``fsync``, unless inside a group: the group's owner syncs once for
+        all of them). One frame object serves every operation (it holds no state of its own,
+        so operations may nest)."""
+        return self._frame
 
     @contextmanager
     def group(self) -> Iterator[None]:
@@ -256,7 +221,7 @@ class EngineCore(StoreRecovery):
     def _write_pending(self) -> None:
         """Write the pending batch with the engine clock. On failure what the batch would have
         changed is rebuilt from the store, which never saw it (recovery.py), and
-        ``_WriteFailed`` is raised."""
+        ``WriteFailed`` is raised."""
         store = self._store
         if self._counters.dirty:
             self._counters.write()
@@ -269,7 +234,7 @@ class EngineCore(StoreRecovery):
             store.flush()
         except Exception as exc:
             self._write_failed(exc)
-            raise _WriteFailed(str(exc)) from exc
+            raise WriteFailed(str(exc)) from exc
         self._persisted_clock = now
         self._unsynced = True
 
@@ -322,8 +287,9 @@ class EngineCore(StoreRecovery):
     @staticmethod
     def _tag(q: QueueState, name: object) -> TagState:
         if name is None:
-            name = DEFAULT_TAG
-        check_name(name, "tag")
+            name = DEFAULT_TAG  # a valid name: nothing to check
+        else:
+            check_name(name, "tag")
         t = q.tag_named(name)  # type: ignore[arg-type]
         if t is None:
             raise TagNotFound(f"tag: queue {q.name!r} has no tag {name!r}", field="tag")
@@ -580,3 +546,4 @@ class EngineCore(StoreRecovery):
             if (lease is not None and lease.state == LEASED and lease.due_ms == due
                     and topic_id is not None and topic_id in t.topic_from):
                 self._topics.head_lapsed(q, t, seq, topic_id, due)
+

@@ -46,24 +46,34 @@ class Counters:
         self._rows.clear()
         self.dirty.clear()
 
-    def count(self, queue: int, tag: int, field: int, amount: int = 1) -> None:
-        context = self._context
-        day = context._now // DAY_MS
-        row_key = (queue, tag, day)
-        rows = self._rows
-        row = rows.get(row_key)
+    def count(self, queue: int, tag: int, field: int, amount: int = 1, field2: int = -1,
+              amount2: int = 0) -> None:
+        """Add ``amount`` to ``field`` of today's row of (queue, tag); with ``field2``, also
+        ``amount2`` to that field (two figures of one row, one lookup)."""
+        row_key = (queue, tag, self._context._now // DAY_MS)
+        row = self._rows.get(row_key)
         if row is None:
-            store = context._store
-            stored = store.meta.get(keys.day_key(queue, tag, day))
-            row = list(_ROW.unpack(stored)) if stored else [0] * len(FIELDS)
-            if len(rows) > 65536:  # rows of past days are written already: forget them
-                for old in [k for k in rows if k[2] < day]:
-                    del rows[old]
-            rows[row_key] = row
-            if stored is None and day >= KEEP_DAYS:  # a new day: forget the one past the window
-                store.delete(store.meta_h, keys.day_key(queue, tag, day - KEEP_DAYS))
+            row = self._load(row_key)
         row[field] += amount
+        if field2 >= 0:
+            row[field2] += amount2
         self.dirty.add(row_key)
+
+    def _load(self, row_key: tuple[int, int, int]) -> list[int]:
+        """Today's row of (queue, tag), from the store (or new), kept in the cache."""
+        context = self._context
+        queue, tag, day = row_key
+        rows = self._rows
+        store = context._store
+        stored = store.meta.get(keys.day_key(queue, tag, day))
+        row = list(_ROW.unpack(stored)) if stored else [0] * len(FIELDS)
+        if len(rows) > 65536:  # rows of past days are written already: forget them
+            for old in [k for k in rows if k[2] < day]:
+                del rows[old]
+        rows[row_key] = row
+        if stored is None and day >= KEEP_DAYS:  # a new day: forget the one past the window
+            store.delete(store.meta_h, keys.day_key(queue, tag, day - KEEP_DAYS))
+        return row
 
     def write(self) -> None:
         """Put every counter row changed by the operation (once each, not once per bump)."""

@@ -13,69 +13,96 @@ Invariants:
   checks an entry against ``TagState.leases`` before acting on it (as it did for rows);
 - entries are unique pairs; walks see them in ascending (due, seq).
 
-Entries are packed into one int (``due << 64 | seq``): ints compare faster than tuples, and
-``sortedcontainers.SortedList`` keeps them in order with O(log n) inserts and removals.
+Entries are grouped by due time: the leases of one receive share theirs, so a lease costs a
+dict insert and a dict removal in its group (``buckets``; a group of one lease is its seq
+alone, which costs a fraction of a dict's memory), and only the distinct due times are kept
+sorted (a ``sortedcontainers.SortedList``). A group's seqs are sorted when a walk or
+read reaches the group (rarely: only for leases that ran out or are read in order).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Collection, Iterator
 
 from sortedcontainers import SortedList
 
 __all__ = ["DueIndex", "DueWalk"]
 
-_SEQ_BITS = 64
-_SEQ_MASK = (1 << _SEQ_BITS) - 1
+#: A group: its one seq (most groups of single receives hold one lease: an int costs a
+#: fraction of a dict), or its seqs as the keys of a dict (insertion order).
+Group = int | dict[int, None]
 
 
-def _pack(due_ms: int, seq: int) -> int:
-    return due_ms << _SEQ_BITS | seq
+def _seqs(group: Group) -> Collection[int]:
+    return (group,) if isinstance(group, int) else group
 
 
 class DueIndex:
     """The (due_ms, seq) pairs of one tag's LEASED leases."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("buckets", "dues", "version")
 
     def __init__(self) -> None:
-        self._entries: SortedList = SortedList()
+        self.buckets: dict[int, Group] = {}  # due -> its seqs
+        self.dues: SortedList = SortedList()  # the due times of the non-empty buckets
+        self.version = 0  # bumped by every add: a walk re-sorts a group that grew
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return sum(len(_seqs(bucket)) for bucket in self.buckets.values())
 
     def add(self, due_ms: int, seq: int) -> None:
         """Index a LEASED lease (again: adding a pair already there changes nothing)."""
-        entry = due_ms << _SEQ_BITS | seq
-        if entry not in self._entries:
-            self._entries.add(entry)
-
-    def add_new(self, due_ms: int, seq: int) -> None:
-        """``add`` for the first lease of ``seq``, which cannot be indexed yet."""
-        self._entries.add(due_ms << _SEQ_BITS | seq)
+        buckets = self.buckets
+        bucket = buckets.get(due_ms)
+        if bucket is None:
+            buckets[due_ms] = seq
+            self.dues.add(due_ms)
+        elif bucket.__class__ is dict:  # an attribute, not a call: the usual path
+            bucket[seq] = None
+        elif bucket != seq:  # a one-seq group becomes a dict
+            buckets[due_ms] = {bucket: None, seq: None}  # type: ignore[dict-item]
+        self.version += 1
 
     def discard(self, due_ms: int, seq: int) -> None:
-        self._entries.discard(due_ms << _SEQ_BITS | seq)
+        buckets = self.buckets
+        bucket = buckets.get(due_ms)
+        if bucket is None:
+            return
+        if bucket.__class__ is dict:
+            if seq not in bucket:
+                return
+            del bucket[seq]
+            if bucket:
+                return
+        elif bucket != seq:
+            return  # a one-seq group of another seq
+        del buckets[due_ms]
+        self.dues.remove(due_ms)
 
     def first_due_after(self, time_ms: int) -> int | None:
         """The earliest due time later than ``time_ms``, or None."""
-        entries = self._entries
-        index = entries.bisect_left((time_ms + 1) << _SEQ_BITS)
-        return entries[index] >> _SEQ_BITS if index < len(entries) else None
+        dues = self.dues
+        index = dues.bisect_right(time_ms)
+        return dues[index] if index < len(dues) else None
 
     def between(self, lower: tuple[int, int], upper_due_ms: int) -> list[tuple[int, int]]:
         """The pairs from ``lower`` (inclusive) with due time up to ``upper_due_ms``
         (inclusive), as a list: the caller may change the index while it goes through them."""
-        found = self._entries.irange(_pack(*lower), _pack(upper_due_ms, _SEQ_MASK))
-        return [(entry >> _SEQ_BITS, entry & _SEQ_MASK) for entry in found]
+        low_due, low_seq = lower
+        found: list[tuple[int, int]] = []
+        for due in self.dues.irange(low_due, upper_due_ms):
+            found.extend((due, seq) for seq in sorted(_seqs(self.buckets[due]))
+                         if due != low_due or seq >= low_seq)
+        return found
 
     def walk(self, from_due_ms: int, to_due_ms: int) -> DueWalk:
         """A walk over the pairs due from ``from_due_ms`` to ``to_due_ms`` (inclusive) that
-        stays valid while the index changes under it (each step is one bisection)."""
-        return DueWalk(self._entries, _pack(from_due_ms, 0), _pack(to_due_ms, _SEQ_MASK))
+        stays valid while the index changes under it."""
+        return DueWalk(self, from_due_ms, to_due_ms)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return ((entry >> _SEQ_BITS, entry & _SEQ_MASK) for entry in self._entries)
+        buckets = self.buckets
+        return ((due, seq) for due in list(self.dues) for seq in sorted(_seqs(buckets[due])))
 
 
 class DueWalk:
@@ -84,26 +111,47 @@ class DueWalk:
     meanwhile is seen or not by where it sorts relative to the position, and removing the
     current entry is safe."""
 
-    __slots__ = ("_entries", "_position", "_upper", "current")
+    __slots__ = ("_index", "_due", "_seq", "_upper", "_sorted", "_at", "_version", "current")
 
-    def __init__(self, entries: SortedList, lower: int, upper: int) -> None:
-        self._entries = entries
-        self._position = lower
-        self._upper = upper
+    def __init__(self, index: DueIndex, lower_due_ms: int, upper_due_ms: int) -> None:
+        self._index = index
+        self._due = lower_due_ms  # the position: the next pair is >= (_due, _seq)
+        self._seq = 0
+        self._upper = upper_due_ms
+        self._sorted: list[int] = []  # the seqs of group ``_due`` in order, when read
+        self._at = 0
+        self._version = -1
         self.current: tuple[int, int] | None = None
         self._seek()
 
     def _seek(self) -> None:
-        entries = self._entries
-        index = entries.bisect_left(self._position)
-        if index < len(entries):
-            entry = entries[index]
-            if entry <= self._upper:
-                self._position = entry
-                self.current = (entry >> _SEQ_BITS, entry & _SEQ_MASK)
+        index = self._index
+        while True:
+            if self._due > self._upper:
+                self.current = None
                 return
-        self.current = None
+            group = index.buckets.get(self._due)
+            if group is not None:
+                bucket = _seqs(group)
+                if self._version != index.version or not self._sorted:
+                    self._sorted = sorted(bucket)
+                    self._version = index.version
+                    self._at = 0
+                ordered, at, seq = self._sorted, self._at, self._seq
+                while at < len(ordered) and (ordered[at] < seq or ordered[at] not in bucket):
+                    at += 1
+                self._at = at
+                if at < len(ordered):
+                    self._seq = ordered[at]
+                    self.current = (self._due, self._seq)
+                    return
+            dues = index.dues
+            position = dues.bisect_right(self._due)
+            if position >= len(dues):
+                self.current = None
+                return
+            self._due, self._seq, self._sorted = dues[position], 0, []
 
     def next(self) -> None:
-        self._position += 1
+        self._seq += 1
         self._seek()

@@ -99,36 +99,12 @@ class Lessor:
             lease.number = number
             if not lease.first_ms:
                 lease.first_ms = self.now
+        receipt = lease.receipt = self.issue(self.q.id, t.id, lane, seq, number)
         if 0 < topic_id < DEAD_MARK:
             t.lock(topic_id, seq)
         self.engine._lease_saved(self.q, t, seq, lease, old_due)
-        receipt = self.engine._receipts.issue(self.q.id, t.id, lane, seq, number)
         self.out.append(Delivery(value[PREFIX_SIZE:], receipt, lease.count, lease.first_ms,
                                  lease.due_ms))
-
-    def _lease_new(self, seq: int, lane: int, value: bytes) -> None:
-        """``_lease(seq, lane, value, None)`` for a message without a topic, not a dry run:
-        the first lease of ``seq`` for this tag. The same rows and state as
-        ``EngineCore._lease_saved`` of a new LEASED row; what depends only on the due time
-        (the same for every lease of this receive, ``Deadlines.watch_lease_due``) is done once."""
-        t, due, now = self.t, self.due_ms, self.now
-        number = t.lease_counter
-        t.lease_counter = number + 1
-        lease = Lease(LEASED, lane, due, 1, now, number)
-        heappush(t.row_heap, seq)
-        heappush(t.lease_heap, seq)
-        t.leases[seq] = lease
-        qid, tid, store = self.q.id, t.id, self.store
-        batch_put = store.batch.put
-        batch_put(keys.lease_key(qid, tid, seq), lease.encode(), store.leases_h)
-        store.pending += 1
-        t.due_index.add_new(due, seq)
-        if not self._due_watched:
-            self._due_watched = True
-            self.engine._deadlines.watch_lease_due(self.q, t, due)
-        self.out.append(Delivery(value[PREFIX_SIZE:], self.issue(qid, tid, lane, seq, number),
-                                 1, now, due))
-
 
     def _active_again(self) -> None:
         """Merge expired leases (``due_index``) and ended delays, by (time Active, seq).
@@ -210,13 +186,23 @@ class Lessor:
             self.t.delay_hint = next_visible
 
     def _never_delivered(self) -> None:
-        """Lane cursors, highest priority first; delayed records are stepped over."""
+        """Lane cursors, highest priority first; delayed records are stepped over.
+
+        The first lease of a message without a topic (not a dry run) is made in line: the
+        same rows and state as ``EngineCore._lease_saved`` of a new LEASED row, and what
+        depends only on the due time (the same for every lease of this receive,
+        ``Deadlines.watch_lease_due``) is done once."""
         q, t, store = self.q, self.t, self.store
         unpack, log_seq, leases = PREFIX.unpack_from, keys.log_seq, t.leases
         out, count = self.out, self.count
+        append, issue = out.append, self.issue
+        qid, tid, due, now = q.id, t.id, self.due_ms, self.now
+        lease_key, lease_pack, leases_h = keys.lease_key, Lease.pack, store.leases_h
+        row_heap, lease_heap, due_add = t.row_heap, t.lease_heap, t.due_index.add
+        fresh = 0
         for lane in q.lanes_used:
             if len(out) >= count or self.budget <= 0:
-                return
+                break
             tail = q.lane_tail[lane]
             start = max(t.cursors[lane], q.gone_seq, t.start_seq)
             if start > tail:
@@ -224,9 +210,11 @@ class Lessor:
             lower, upper = keys.log_lane_bounds(q.id, lane, start)
             it = Store.scan(store.log, lower, upper)
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
+            batch_put = store.batch.put
             # A plain message (no topic) that every message of the tag's scope passes is
             # admitted without the general gate.
             plain_scope = t.filter is None
+            in_line = not self.dry_run
             while valid() and len(out) < count and self.budget > 0:
                 value = value_of()
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
@@ -236,10 +224,20 @@ class Lessor:
                     if seq not in leases and (
                             (plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
                              and seq >= t.start_seq) or self._admit(seq, value)):
-                        if not self._fits(value):
+                        if self.room is not None and not self._fits(value):
                             break
-                        if topic_id == 0 and not self.dry_run:
-                            self._lease_new(seq, lane, value)
+                        if topic_id == 0 and in_line:
+                            number = t.lease_counter
+                            t.lease_counter = number + 1
+                            receipt = issue(qid, tid, lane, seq, number)
+                            leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt)
+                            heappush(row_heap, seq)
+                            heappush(lease_heap, seq)
+                            batch_put(lease_key(qid, tid, seq),
+                                      lease_pack(LEASED, lane, due, 1, now, number), leases_h)
+                            due_add(due, seq)
+                            fresh += 1
+                            append(Delivery(value[PREFIX_SIZE:], receipt, 1, now, due))
                         else:
                             self._lease(seq, lane, value, None)
                 step()
@@ -250,3 +248,8 @@ class Lessor:
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor
                 self.tag_moved = True
+        if fresh:
+            store.pending += fresh
+            if not self._due_watched:
+                self._due_watched = True
+                self.engine._deadlines.watch_lease_due(q, t, due)

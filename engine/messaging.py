@@ -19,6 +19,7 @@ looks again.
 from __future__ import annotations
 
 import heapq
+from hmac import compare_digest
 from typing import Any, Sequence
 
 from . import keys
@@ -31,8 +32,9 @@ from .errors import (
     LaminaError,
     StaleReceipt,
 )
+from .receipts import RECEIPT_BYTES, ReceiptCodec
 from .results import Delivery, Sent, VisibilityChanged
-from .state import LEASED, Lease, QueueState, TagState
+from .state import ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
     MAX_VISIBILITY_S,
     check_batch,
@@ -85,8 +87,8 @@ class MessagingOps:
             core._advance(q, now)
             deliveries = Lessor(self._core, q, t, now, visibility_ms, count, max_bytes).run()
             if deliveries:
-                core._counters.count(q.id, t.id, RECEIVED, len(deliveries))
-                core._counters.count(q.id, t.id, BYTES_OUT, sum(len(d.record) for d in deliveries))
+                core._counters.count(q.id, t.id, RECEIVED, len(deliveries),
+                                     BYTES_OUT, sum(len(d.record) for d in deliveries))
             core._settle(q, now)
             return deliveries
 
@@ -97,8 +99,17 @@ class MessagingOps:
         """-> (seq, lease) for a receipt naming the current lease of a message, or raise
         ``InvalidReceipt`` (not ours for this queue and tag) / ``StaleReceipt`` (not current)."""
         core = self._core
-        _, seq, number = core._receipts.open(receipt, q.id, t.id)
-        lease = t.leases.get(seq)
+        lease = None
+        if type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
+            # The usual case: the very receipt this process issued for the lease (no MAC).
+            seq, number = ReceiptCodec.claimed_lease(receipt)
+            lease = t.leases.get(seq)
+            if lease is not None and (lease.receipt is None
+                                      or not compare_digest(lease.receipt, receipt)):
+                lease = None
+        if lease is None:
+            _, seq, number = core._receipts.open(receipt, q.id, t.id)
+            lease = t.leases.get(seq)
         if (lease is None or lease.state != LEASED or lease.number != number
                 or lease.due_ms <= now or seq < q.gone_seq):
             raise StaleReceipt("receipt: the lease is no longer current")
@@ -136,13 +147,60 @@ class MessagingOps:
         with core._operation() as now:
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            results = self._by_receipt(q, t, receipts, now,
-                                       lambda seq, lease: core._lease_dropped(q, t, seq, lease))
+            results = self._delete_receipts(q, t, receipts, now)
             deleted = results.count(None)
             if deleted:
                 core._counters.count(q.id, t.id, DELETED, deleted)
             core._settle(q, now)
             return results
+
+    def _delete_receipts(self, q: QueueState, t: TagState, receipts: Sequence[object],
+                         now: int) -> list[LaminaError | None]:
+        """``delete``'s loop: per receipt None or the error that refused it.
+
+        The usual delete — the very receipt this process issued for a current lease, on a
+        tag with no topic head and no rewind in effect, below its lane's cursor — is done
+        here in line: the lease leaves memory and its row is written back ``ENDED_DELETED``,
+        exactly as ``EngineCore._lease_dropped`` does for it. Anything else goes the general
+        way (``_current_lease``, ``_lease_dropped``)."""
+        core = self._core
+        store = core._store
+        leases, cursors, gone = t.leases, t.cursors, q.gone_seq
+        claimed, lease_key, pack = ReceiptCodec.claimed_lease, keys.lease_key, Lease.pack
+        batch_put, leases_h, discard = store.batch.put, store.leases_h, t.due_index.discard
+        qid, tid = q.id, t.id
+        results: list[LaminaError | None] = []
+        append = results.append
+        key = b""
+        in_line = 0
+        for receipt in receipts:
+            if (type(receipt) is bytes and len(receipt) == RECEIPT_BYTES and not t.heads
+                    and not t.rewind_vt):
+                seq, number = claimed(receipt)
+                lease = leases.get(seq)
+                if (lease is not None and lease.receipt is not None
+                        and compare_digest(lease.receipt, receipt) and lease.number == number
+                        and lease.state == LEASED and lease.due_ms > now and seq >= gone
+                        and seq < cursors[lease.lane]):
+                    del leases[seq]
+                    key = lease_key(qid, tid, seq)
+                    batch_put(key, pack(ENDED_DELETED, lease.lane, 0, lease.count,
+                                        lease.first_ms, 0), leases_h)
+                    discard(lease.due_ms, seq)
+                    in_line += 1
+                    append(None)
+                    continue
+            try:
+                seq, lease = self._current_lease(q, t, receipt, now)
+            except LaminaError as exc:
+                append(exc.with_traceback(None))
+                continue
+            core._lease_dropped(q, t, seq, lease)
+            append(None)
+        if in_line:
+            store.pending += in_line
+            store.written.append(key)  # names the queue, should the write fail
+        return results
 
     def change_visibility(self, queue: str, entries: Sequence[object], tag: str | None = None,
                           *, caller: str | None = None) -> list[VisibilityChanged | LaminaError]:
@@ -173,6 +231,7 @@ class MessagingOps:
                                                                  lease.number)
                 else:
                     receipt = None
+                lease.receipt = receipt
                 self._core._lease_saved(q, t, seq, lease, old_due)
                 results.append(VisibilityChanged(receipt, lease.due_ms))
                 if not timeout_ms:  # the lease ended now: a dead letter, or Active again

@@ -60,6 +60,13 @@ class ReceiptCodec:
         body = _BODY.pack(queue, tag, lane, seq, lease)
         return body + self._mac(body)
 
+    @staticmethod
+    def claimed_lease(receipt: bytes) -> tuple[int, int]:
+        """(seq, lease number) a receipt of ``RECEIPT_BYTES`` claims, not verified: to find
+        the lease whose issued receipt it may equal (``Lease.receipt``)."""
+        _, _, _, seq, lease = _BODY.unpack_from(receipt)
+        return seq, lease
+
     def open(self, receipt: object, queue: int, tag: int) -> tuple[int, int, int]:
         """Check a receipt for ``queue`` / ``tag`` -> (lane, seq, lease number).
 

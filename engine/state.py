@@ -49,16 +49,20 @@ DEFAULT_TAG = "default"  # the tag every queue has, and receives use when they n
 class Lease:
     """One tag's lease state for one message (a row of the ``leases`` family)."""
 
-    __slots__ = ("state", "lane", "due_ms", "count", "first_ms", "number")
+    __slots__ = ("state", "lane", "due_ms", "count", "first_ms", "number", "receipt")
 
     def __init__(self, state: int, lane: int, due_ms: int, count: int, first_ms: int,
-                 number: int):
+                 number: int, receipt: bytes | None = None):
         self.state = state
         self.lane = lane
         self.due_ms = due_ms
         self.count = count
         self.first_ms = first_ms
         self.number = number
+        # The receipt this process issued for lease ``number`` (None: none issued since the
+        # engine opened): a receipt equal to it is genuine without computing its MAC. Not
+        # stored; whether it is current is still judged by ``number`` and ``due_ms``.
+        self.receipt = receipt
 
     def encode(self) -> bytes:
         return _LEASE.pack(self.state, self.lane, self.due_ms, self.count, self.first_ms, self.number)

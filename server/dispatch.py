@@ -271,19 +271,19 @@ def apply_operation(operation: Operation, engine: Engine, args: dict[str, Any],
     """Run an engine op; an unexpected exception becomes ``InternalError`` for this request
     alone (the engine already rebuilt its state if the failure was inside it)."""
     assert operation.run is not None
-    return _guarded(operation.name, lambda: operation.run(  # type: ignore[misc]
-        engine, args, caller, request_id, max_frame))
+    try:  # in line, not through a closure: this is every request's path
+        return operation.run(engine, args, caller, request_id, max_frame)
+    except LaminaError as exc:
+        return exc.with_traceback(None)
+    except Exception as exc:  # a bug: this request fails, the server goes on
+        return internal_error(operation.name, exc)
 
 
 def continue_operation(name: str, continuation: Continuation,
                        engine: Engine) -> Answer | Continuation:
     """The next chunk of long work, failing like ``apply_operation``."""
-    return _guarded(name, lambda: continuation.step(engine))
-
-
-def _guarded(name: str, run: Callable[[], Answer | Continuation]) -> Answer | Continuation:
     try:
-        return run()
+        return continuation.step(engine)
     except LaminaError as exc:
         return exc.with_traceback(None)
     except Exception as exc:  # a bug: this request fails, the server goes on

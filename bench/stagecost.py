@@ -1,0 +1,192 @@
+"""Stage costs of a request in process (no sockets): decode, apply (dispatch + engine), encode,
+and the engine alone — the table of docs/PERFORMANCE.md.
+
+    python -m lamina.bench.stagecost                 # this tree
+    python -m lamina.bench.stagecost --against DIR   # alternated with the source tree DIR
+                                                     # (a checkout holding engine/, server/,
+                                                     # wire/, client/), for a before/after
+
+Each tree runs in a child process of its own with a fresh data directory (a queue of
+256-byte bodies, pre-filled); the parent asks the children for one round at a time, in turn,
+so both see the same machine drift. A round times ``calls`` requests of each kind with
+``time.process_time_ns()``; the best of ``rounds`` rounds is reported, in µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+BODY_BYTES = 256
+BATCH = 16
+PACKAGES = ("engine", "server", "wire", "client")
+STAGES = ("decode", "apply", "encode")
+
+
+def _import_tree(root: Path) -> None:
+    """Make ``lamina.<package>`` import from ``root/<package>`` (a checkout's folders)."""
+    shadow = Path(tempfile.mkdtemp(prefix="lamina-tree-")) / "lamina"
+    shadow.mkdir()
+    for name in PACKAGES:
+        (shadow / name).symlink_to(root / name)
+    package = types.ModuleType("lamina")
+    package.__path__ = [str(shadow)]
+    sys.modules["lamina"] = package
+
+
+class _Child:
+    """One tree: an engine, a protocol connection and the requests of each kind."""
+
+    def __init__(self, data: Path, prefill: int) -> None:
+        from lamina.engine import Engine
+        from lamina.server import dispatch
+        from lamina.wire.protocol import ClientConnection, ServerConnection
+
+        self.dispatch = dispatch
+        self.engine = Engine.open(data)
+        self.engine.create_queue("q")
+        bodies = [(b"%016d" % i).ljust(BODY_BYTES, b"x") for i in range(1000)]
+        for _ in range(prefill // 1000):
+            self.engine.send("q", bodies)
+        self.server = ServerConnection(auth_required=False)
+        self.server.greeting(version="bench", idle_timeout_s=60)
+        self.client = ClientConnection()
+        self.one = [bodies[0]]
+        self.sixteen = bodies[:BATCH]
+
+    def _frames(self, op: str, args_of: Callable[[int], dict[str, Any]], count: int
+                ) -> list[bytes]:
+        return [self.client.encode_request(op, args_of(i))[1] for i in range(count)]
+
+    def _stages(self, frames: list[bytes], apply: Callable[[Any], Any]
+                ) -> tuple[float, float, float]:
+        """Decode every frame, apply every request, encode every answer: µs a request each."""
+        clock = time.process_time_ns
+        server = self.server
+        started = clock()
+        requests = [server.receive_data(frame)[0] for frame in frames]
+        decoded = clock()
+        answers = [apply(request) for request in requests]
+        applied = clock()
+        for request, answer in zip(requests, answers):
+            server.respond_answer(request.id, answer)
+        encoded = clock()
+        count = len(frames) * 1000
+        return ((decoded - started) / count, (applied - decoded) / count,
+                (encoded - applied) / count)
+
+    def _apply(self, request: Any) -> Any:
+        dispatch = self.dispatch
+        if request.op == "ping":
+            dispatch.check_request(request.op, request.args)
+            return dispatch.MapAnswer({"time": 0})
+        operation = dispatch.check_request(request.op, request.args)
+        if request.op == "receive":
+            return dispatch.receive_call(self.engine, request.args, None, request.id, 1 << 21)
+        return dispatch.apply_operation(operation, self.engine, request.args, None, request.id,
+                                        1 << 21)
+
+    def round(self, calls: int) -> dict[str, float]:
+        """One round: ``calls`` requests of each kind -> {"kind.stage": µs}; "engine.*"
+        figures call the engine alone."""
+        clock = time.process_time_ns
+        engine, figures = self.engine, {}
+        for kind, op, args in (("ping", "ping", lambda i: {}),
+                               ("send1", "send", lambda i: {"queue": "q", "messages": self.one}),
+                               ("send16", "send",
+                                lambda i: {"queue": "q", "messages": self.sixteen})):
+            frames = self._frames(op, args, calls)
+            for stage, value in zip(STAGES, self._stages(frames, self._apply)):
+                figures[f"{kind}.{stage}"] = value
+        # receive 16 then delete them, request by request (16 in flight, as a consumer does).
+        totals = dict.fromkeys(("receive16", "delete16"), (0, 0, 0))
+        for _ in range(calls):
+            frames = self._frames("receive", lambda i: {"queue": "q", "max": BATCH}, 1)
+            received: list[Any] = []
+
+            def receive(request: Any) -> Any:
+                answer = self._apply(request)
+                received.extend(delivery[1] for delivery in answer.deliveries)
+                return answer
+
+            stages = self._stages(frames, receive)
+            totals["receive16"] = tuple(a + b for a, b in zip(totals["receive16"], stages))
+            frames = self._frames("delete", lambda i: {"queue": "q", "receipts": received}, 1)
+            stages = self._stages(frames, self._apply)
+            totals["delete16"] = tuple(a + b for a, b in zip(totals["delete16"], stages))
+        for kind, sums in totals.items():
+            for stage, value in zip(STAGES, sums):
+                figures[f"{kind}.{stage}"] = value / calls
+        # The engine alone.
+        started = clock()
+        for _ in range(calls):
+            engine.send("q", self.one)
+        figures["engine.send1"] = (clock() - started) / calls / 1000
+        started = clock()
+        for _ in range(calls):
+            receipts = [d.receipt for d in engine.receive("q", max=BATCH)]
+            engine.delete("q", receipts)
+        figures["engine.receive_delete_per_msg"] = (clock() - started) / calls / BATCH / 1000
+        return figures
+
+
+def _child_main(root: str, data: str, prefill: int) -> None:
+    if root:
+        _import_tree(Path(root))
+    child = _Child(Path(data), prefill)
+    for line in sys.stdin:
+        calls = int(line)
+        print(json.dumps(child.round(calls)), flush=True)
+    child.engine.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", metavar="DIR", help="a source tree to alternate with")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--prefill", type=int, default=110_000)
+    parser.add_argument("--child", nargs=2, metavar=("ROOT", "DATA"), help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.child:
+        _child_main(options.child[0], options.child[1], options.prefill)
+        return
+    trees = {"this tree": ""}
+    if options.against:
+        trees = {"against": str(Path(options.against).resolve()), "this tree": ""}
+    with tempfile.TemporaryDirectory(prefix="lamina-stagecost-") as scratch:
+        children = {}
+        for index, (name, root) in enumerate(trees.items()):
+            children[name] = subprocess.Popen(
+                [sys.executable, "-m", "lamina.bench.stagecost", "--prefill",
+                 str(options.prefill), "--child", root, os.path.join(scratch, str(index))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        best: dict[str, dict[str, float]] = {name: {} for name in trees}
+        for _ in range(options.rounds):
+            for name, child in children.items():
+                assert child.stdin is not None and child.stdout is not None
+                child.stdin.write(f"{options.calls}\n")
+                child.stdin.flush()
+                for figure, value in json.loads(child.stdout.readline()).items():
+                    best[name][figure] = min(value, best[name].get(figure, value))
+        for child in children.values():
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait()
+    names = list(trees)
+    print(f"best of {options.rounds} rounds x {options.calls} calls, µs "
+          f"({', '.join(names)})")
+    for figure in best[names[0]]:
+        print(f"{figure:<34}" + "".join(f"{best[name][figure]:>12.2f}" for name in names))
+
+
+if __name__ == "__main__":
+    main()
