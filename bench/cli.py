@@ -125,7 +125,8 @@ def add_bench_command(commands: Any) -> None:
                           "Query-protocol boto3 of the peers' set-up for elasticmq, else this "
                           "one)")
     sqs.add_argument("--server-python", metavar="PATH",
-                     help="interpreter whose lamina to start (default: this one)")
+                     help="interpreter whose lamina to start, for any workload (another "
+                          "checkout's to compare two versions; default: this one)")
     sqs.add_argument("--peers-script", type=Path, metavar="PATH",
                      help="script that starts and stops the peer servers (default: "
                           "shared/peers/sqs/servers.sh beside the repository)")
@@ -348,7 +349,8 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
     if args.server is None:
         extra = (() if args.busy_poll_us is None
                  else ("--busy-poll-us", str(args.busy_poll_us)))
-        spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra)
+        spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra,
+                                      python=args.server_python)
         address, pid = spawned.address, spawned.pid
         _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
     else:
