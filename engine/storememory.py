@@ -58,7 +58,7 @@ class MemoryBounds:
 class MemoryUsage:
     """What a store's RocksDB holds now, in bytes."""
 
-    #: Memtables of every column family (allocated, flushing ones included).
+    #: Memtables of every column family (flushing ones included).
     write_buffers_bytes: int
     write_buffer_limit_bytes: int
     #: Blocks in the shared block cache (index blocks and pinned blocks included).
@@ -100,7 +100,7 @@ class StoreMemory:
 
         first = families[0]
         return MemoryUsage(
-            write_buffers_bytes=self._write_buffers.get_usage(),
+            write_buffers_bytes=total("rocksdb.size-all-mem-tables"),
             write_buffer_limit_bytes=self._write_buffers.get_buffer_size(),
             block_cache_bytes=first.property_int_value("rocksdb.block-cache-usage") or 0,
             block_cache_limit_bytes=first.property_int_value("rocksdb.block-cache-capacity")
