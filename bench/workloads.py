@@ -51,8 +51,8 @@ from .workers import (
 )
 
 __all__ = ["Figure", "Params", "Run", "WORKLOADS", "Workload", "WorkloadResult", "drop_backlog",
-           "fill_backlog", "measure", "new_result", "score_w1", "score_w2", "score_w3", "score_w4", "start_w1", "start_w2",
-           "start_w3", "start_w4"]
+           "fill_backlog", "measure", "new_result", "score_w1", "score_w2", "score_w3",
+           "score_w4", "start_w1", "start_w2", "start_w3", "start_w4"]
 
 _PREFILL_BATCH = 1000
 #: The server's peak RSS over a workload run, since it started (a backlog included).

@@ -178,9 +178,8 @@ class Store:
                                    for name in LEGACY_FAMILIES
                                    if name in existing)
         self.legacy_families = [name for name in LEGACY_FAMILIES if name in column_families]
-        self.db = Rdict(
-            str(path), _db_options(self._memory), column_families=column_families, access_type=access,
-        )
+        self.db = Rdict(str(path), _db_options(self._memory), column_families=column_families,
+                        access_type=access)
         for name in COLUMN_FAMILIES:
             if name in column_families:
                 setattr(self, name, self.db.get_column_family(name))
