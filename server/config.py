@@ -192,9 +192,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
              "answers not yet taken by their clients; past it, reading pauses until clients "
              "take their answers (default %(default)s)")
     add("--write-buffer-bytes", type=int, default=DEFAULT_WRITE_BUFFER_BYTES, metavar="BYTES",
-        help="memory the store may hold in write buffers, all together, before it writes "
-             "them to its files: more takes fewer, larger flushes (bytes, at least "
-             f"{MIN_WRITE_BUFFER_BYTES}; default %(default)s)")
+        help="memory the store may hold in write buffers (recent writes, all together) "
+             "before writing them out to its files: more means fewer, larger writes out "
+             f"(bytes, at least {MIN_WRITE_BUFFER_BYTES}; default %(default)s)")
     add("--block-cache-bytes", type=int, default=DEFAULT_BLOCK_CACHE_BYTES, metavar="BYTES",
         help="memory the store may hold in its cache of file blocks read, indexes included: "
              "more spares reading them again from the files (bytes, at least "
