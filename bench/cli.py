@@ -125,7 +125,8 @@ def add_bench_command(commands: Any) -> None:
                           "Query-protocol boto3 of the peers' set-up for elasticmq, else this "
                           "one)")
     sqs.add_argument("--server-python", metavar="PATH",
-                     help="interpreter whose lamina to start (default: this one)")
+                     help="interpreter whose lamina to start, for any workload (another "
+                          "checkout's to compare two versions; default: this one)")
     sqs.add_argument("--peers-script", type=Path, metavar="PATH",
                      help="script that starts and stops the peer servers (default: "
                           "shared/peers/sqs/servers.sh beside the repository)")
@@ -163,6 +164,10 @@ def add_bench_command(commands: Any) -> None:
                        help="w2: each consumer receives, then deletes, in two round trips "
                             "(default: each delete goes with the next receive, one round "
                             "trip per batch: Client.delete_and_receive)")
+    sizes.add_argument("--backlog", type=int, default=0, metavar="N",
+                       help="before each run send N messages to a queue of their own and "
+                            "keep them there while the workload runs, on each system (not "
+                            "measured; the server's peak RSS includes them; default 0)")
     sizes.add_argument("--rate", type=float, metavar="PER_SECOND",
                        help="w3 messages per second (default 2000)")
     sizes.add_argument("--duration", type=float, metavar="SECONDS",
@@ -274,9 +279,11 @@ def _run(args: argparse.Namespace) -> int:
                              "--inflight at 1")
         from .peers import load_peer
         peer = load_peer(args.against)
+    if args.backlog < 0:
+        raise BenchError("--backlog must be 0 or more messages")
     params = Params(processes=args.processes, messages=args.messages, batch=args.batch,
                     body_bytes=args.body_bytes, inflight=args.inflight, rate=args.rate,
-                    sequential=args.sequential,
+                    sequential=args.sequential, backlog=args.backlog,
                     duration_s=args.duration, connections=args.connections,
                     client_poll_us=args.client_poll_us)
     if args.server is not None and args.fsync:
@@ -342,13 +349,14 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
     from .loadgen import BenchError
     from .profiler import PySpy
     from .spawn import SpawnedServer
-    from .workloads import WORKLOADS, Run
+    from .workloads import WORKLOADS, Run, drop_backlog, fill_backlog
 
     spawned = None
     if args.server is None:
         extra = (() if args.busy_poll_us is None
                  else ("--busy-poll-us", str(args.busy_poll_us)))
-        spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra)
+        spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra,
+                                      python=args.server_python)
         address, pid = spawned.address, spawned.pid
         _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
     else:
@@ -364,7 +372,10 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
               on_start=profiler.start if profiler else None,
               on_stop=profiler.stop if profiler else None)
     try:
+        fill_backlog(run, params)
         result = WORKLOADS[name].run(run, params)
+        if args.server is not None:
+            drop_backlog(run, params)
     except LaminaError as exc:
         raise BenchError(f"{name}: the server refused a request: {exc.code}: "
                          f"{exc.message}") from None
@@ -387,9 +398,11 @@ def _run_peer(peer: Any, name: str, label: str, args: argparse.Namespace, params
     server = peer.start(args.fsync)
     _log(f"{label} {peer.name}: server pid {server.pid} on "
          f"{server.address[0]}:{server.address[1]}")
+    run = Run(server.address, server.pid, args.fsync, args.timeout, args.client_nice)
     try:
-        result = peer.workloads[name](Run(server.address, server.pid, args.fsync, args.timeout,
-                                          args.client_nice), params)
+        if params.backlog:
+            peer.fill_backlog(run, params.backlog, params.body_bytes)
+        result = peer.workloads[name](run, params)
     finally:
         code = server.stop()
         if code not in (0, None):

@@ -32,6 +32,7 @@ from .errors import (
     UnknownOperation,
 )
 from .records import Message
+from .storememory import MemoryBounds, MemoryUsage
 from .results import (
     Delivery,
     Grant,
@@ -48,7 +49,7 @@ from .results import (
 
 __all__ = [
     "AccessDenied", "Delivery", "Engine", "FakeClock", "Grant", "InternalError",
-    "InvalidArgument", "PeekPage", "Peeked", "Redriven", "Rewound", "TagInfo",
+    "InvalidArgument", "MemoryBounds", "MemoryUsage", "PeekPage", "Peeked", "Redriven", "Rewound", "TagInfo",
     "InvalidQueueName", "InvalidReceipt", "InvalidRedrivePolicy", "LaminaError", "Message",
     "MessageNotFound", "MessageTooLarge", "NoDeadLetterQueue", "ProtocolError",
     "QueueAlreadyExists", "QueueFull", "QueueInfo", "QueueNotFound", "QueuePage",

@@ -56,6 +56,7 @@ from .state import (
 )
 from .scope import in_scope, not_ended_between
 from .store import Store
+from .storememory import MemoryBounds
 from .topics import Topics
 
 from .validation import check_name
@@ -79,8 +80,9 @@ class EngineCore(StoreRecovery):
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
-                 segment_max_bytes: int, segment_max_age_ms: int):
+                 segment_max_bytes: int, segment_max_age_ms: int, memory: MemoryBounds):
         self.path = path
+        self.memory = memory
         self.fsync = fsync
         self.max_queues = max_queues
         self.segment_max_messages = segment_max_messages
@@ -88,7 +90,7 @@ class EngineCore(StoreRecovery):
         self.segment_max_age_ms = segment_max_age_ms
         path.mkdir(parents=True, exist_ok=True)
         self._receipts = ReceiptCodec(load_or_create_key(receipt_key or path / "receipt.key"))
-        self._store = Store(path / "db")
+        self._store = Store(path / "db", memory=memory)
         self._source = clock or wall_clock_ms
         self._clock = EngineClock(self._source)
         self._now = 0

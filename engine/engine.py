@@ -47,6 +47,7 @@ from .results import (
     VisibilityChanged,
 )
 from .rewind import RewindOps
+from .storememory import MemoryBounds, MemoryUsage
 from .tagging import TagOps
 
 
@@ -59,7 +60,8 @@ class Engine(EngineCore):
 
     def __init__(self, path: Path, *, clock: Clock | None, fsync: bool,
                  receipt_key: Path | None, max_queues: int, segment_max_messages: int,
-                 segment_max_bytes: int, segment_max_age_ms: int) -> None:
+                 segment_max_bytes: int, segment_max_age_ms: int,
+                 memory: MemoryBounds) -> None:
         self._messaging = MessagingOps(self)
         self._dead_letter_ops = DeadLetterOps(self, self._messaging)
         self._tags = TagOps(self)
@@ -70,7 +72,7 @@ class Engine(EngineCore):
         super().__init__(path, clock=clock, fsync=fsync, receipt_key=receipt_key,
                          max_queues=max_queues, segment_max_messages=segment_max_messages,
                          segment_max_bytes=segment_max_bytes,
-                         segment_max_age_ms=segment_max_age_ms)
+                         segment_max_age_ms=segment_max_age_ms, memory=memory)
 
     def _load(self) -> None:
         super()._load()
@@ -81,17 +83,20 @@ class Engine(EngineCore):
              fsync: bool = False, receipt_key: str | os.PathLike[str] | None = None,
              max_queues: int = 10**6, segment_max_messages: int = SEGMENT_MAX_MESSAGES,
              segment_max_bytes: int = SEGMENT_MAX_BYTES,
-             segment_max_age_ms: int = SEGMENT_MAX_AGE_MS) -> Engine:
+             segment_max_age_ms: int = SEGMENT_MAX_AGE_MS,
+             memory: MemoryBounds = MemoryBounds()) -> Engine:
         """Open (or create) the data directory at ``path``.
 
         ``clock`` returns epoch milliseconds (tests pass a ``FakeClock``); ``fsync`` makes every
         commit survive power loss, not only a killed process; ``receipt_key`` is the file of
-        the receipt MAC key (default ``path/receipt.key``, created on first use).
+        the receipt MAC key (default ``path/receipt.key``, created on first use); ``memory``
+        bounds RocksDB's write buffers and block cache (``docs/STORAGE.md``, "Memory").
         """
         return cls(Path(path), clock=clock, fsync=fsync,
                    receipt_key=Path(receipt_key) if receipt_key is not None else None,
                    max_queues=max_queues, segment_max_messages=segment_max_messages,
-                   segment_max_bytes=segment_max_bytes, segment_max_age_ms=segment_max_age_ms)
+                   segment_max_bytes=segment_max_bytes, segment_max_age_ms=segment_max_age_ms,
+                   memory=memory)
 
     # -- cheap read-only views (no operation frame, no stats walk) --------------------------
 
@@ -107,6 +112,10 @@ class Engine(EngineCore):
     def queue_depths(self) -> dict[str, int]:
         """Retained messages (``next_seq - gone_seq``) per queue name, from memory."""
         return {q.name: q.next_seq - q.gone_seq for q in self._queues.values()}
+
+    def memory_usage(self) -> MemoryUsage:
+        """What RocksDB holds in memory now, and its bounds (``Engine.open``'s ``memory``)."""
+        return self._store.memory_usage()
 
     # -- grants (grants.py) -------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .grants import Grants
     from .topics import Topics
     from .state import QueueState
+    from .storememory import MemoryBounds
 
 log = logging.getLogger("lamina.engine")
 
@@ -72,6 +73,7 @@ class StoreRecovery:
 
     if TYPE_CHECKING:
         path: Path
+        memory: MemoryBounds
         _store: Store
         _queues: dict[int, QueueState]
         _queue_names: dict[str, int]
@@ -144,7 +146,7 @@ class StoreRecovery:
             except Exception as exc:  # it reports the background error, and closes
                 log.info("closing the failed store: %s", exc, extra={"event": "store_closed"})
         try:
-            self._store = Store(self.path / "db")
+            self._store = Store(self.path / "db", memory=self.memory)
         except Exception as exc:
             self._broken = str(exc) or type(exc).__name__
             log.error("reopening the store failed: %s", exc,

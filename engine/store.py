@@ -26,6 +26,8 @@ from rocksdict import (
     WriteOptions,
 )
 
+from .storememory import MemoryBounds, MemoryUsage, StoreMemory
+
 #: Table files RocksDB keeps open at most (its table cache); without a bound it keeps every
 #: one open, and a server could not know its file descriptor budget (server/files.py).
 MAX_OPEN_FILES = 512
@@ -44,11 +46,11 @@ LEGACY_FAMILIES = ("timers",)
 CHURN_FAMILIES = ("leases", "delays", "delayseq", "topics")
 
 
-def _options(name: str | None = None) -> Options:
+def _options(memory: StoreMemory, name: str | None = None) -> Options:
     options = Options(raw_mode=True)
     options.set_compression_type(DBCompressionType.lz4())
+    memory.apply(options, name)
     if name == "log":
-        options.set_write_buffer_size(64 << 20)
         # Bodies of 4 KiB or more go to blob files: compaction then moves small keys, not bodies.
         options.set_enable_blob_files(True)
         options.set_min_blob_size(4096)
@@ -58,8 +60,8 @@ def _options(name: str | None = None) -> Options:
     return options
 
 
-def _db_options() -> Options:
-    options = _options()
+def _db_options(memory: StoreMemory) -> Options:
+    options = _options(memory)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_max_total_wal_size(256 << 20)  # rarely written families must not pin old WALs
@@ -157,9 +159,11 @@ class Store:
     leases: Rdict
     leases_h: ColumnFamily
 
-    def __init__(self, path: Path, *, read_only: bool = False, secondary: Path | None = None):
+    def __init__(self, path: Path, *, read_only: bool = False, secondary: Path | None = None,
+                 memory: MemoryBounds = MemoryBounds()):
         self.path = path
-        column_families = {name: _options(name) for name in COLUMN_FAMILIES}
+        self._memory = StoreMemory(memory)
+        column_families = {name: _options(self._memory, name) for name in COLUMN_FAMILIES}
         if secondary is not None:
             access = AccessType.secondary(str(secondary))
         elif read_only:
@@ -170,12 +174,12 @@ class Store:
         if read_only or secondary is not None:
             column_families = {k: v for k, v in column_families.items() if k in existing}
         else:  # RocksDB opens a database for writing only with every family it has
-            column_families.update((name, _options(name)) for name in LEGACY_FAMILIES
+            column_families.update((name, _options(self._memory, name))
+                                   for name in LEGACY_FAMILIES
                                    if name in existing)
         self.legacy_families = [name for name in LEGACY_FAMILIES if name in column_families]
-        self.db = Rdict(
-            str(path), _db_options(), column_families=column_families, access_type=access,
-        )
+        self.db = Rdict(str(path), _db_options(self._memory), column_families=column_families,
+                        access_type=access)
         for name in COLUMN_FAMILIES:
             if name in column_families:
                 setattr(self, name, self.db.get_column_family(name))
@@ -195,6 +199,11 @@ class Store:
         for name in self.legacy_families:
             self.db.drop_column_family(name)
         self.legacy_families = []
+
+    def memory_usage(self) -> MemoryUsage:
+        """What RocksDB holds in memory now (write buffers, block cache, table readers)."""
+        return self._memory.usage([getattr(self, name) for name in COLUMN_FAMILIES
+                                   if hasattr(self, name)])
 
     # -- the write path -------------------------------------------------------------------
 

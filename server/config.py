@@ -20,6 +20,13 @@ from pathlib import Path
 
 from .budget import DEFAULT_MAX_BUFFERED_BYTES
 from .busypoll import DEFAULT_BUSY_POLL_US, MAX_BUSY_POLL_US
+from lamina.engine.storememory import (
+    DEFAULT_BLOCK_CACHE_BYTES,
+    DEFAULT_WRITE_BUFFER_BYTES,
+    MIN_BLOCK_CACHE_BYTES,
+    MIN_WRITE_BUFFER_BYTES,
+    MemoryBounds,
+)
 from lamina.wire.framing import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_LENGTH, MIN_MAX_FRAME_BYTES
 from lamina.wire.protocol import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_WAITING, DEFAULT_PORT
 
@@ -89,6 +96,14 @@ class ServerConfig:
     sqs_port: int | None = None
     sqs_account: str = DEFAULT_SQS_ACCOUNT
     sqs_region: str = DEFAULT_SQS_REGION
+    #: RocksDB's write buffers (all column families together) and its block cache.
+    write_buffer_bytes: int = DEFAULT_WRITE_BUFFER_BYTES
+    block_cache_bytes: int = DEFAULT_BLOCK_CACHE_BYTES
+
+    @property
+    def memory(self) -> MemoryBounds:
+        """The store's memory bounds."""
+        return MemoryBounds(self.write_buffer_bytes, self.block_cache_bytes)
 
     @property
     def tls(self) -> bool:
@@ -114,6 +129,10 @@ class ServerConfig:
             raise ConfigError("--max-connections and --max-queues must be at least 1")
         if self.max_buffered < 1:
             raise ConfigError("--max-buffered must be at least 1 byte")
+        if self.write_buffer_bytes < MIN_WRITE_BUFFER_BYTES:
+            raise ConfigError(f"--write-buffer-bytes must be at least {MIN_WRITE_BUFFER_BYTES}")
+        if self.block_cache_bytes < MIN_BLOCK_CACHE_BYTES:
+            raise ConfigError(f"--block-cache-bytes must be at least {MIN_BLOCK_CACHE_BYTES}")
         if self.max_inflight < 1 or self.max_waiting < 0:
             raise ConfigError("max_inflight must be >= 1 and max_waiting >= 0")
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
@@ -172,6 +191,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="memory all connections together may hold in large partial requests and in "
              "answers not yet taken by their clients; past it, reading pauses until clients "
              "take their answers (default %(default)s)")
+    add("--write-buffer-bytes", type=int, default=DEFAULT_WRITE_BUFFER_BYTES, metavar="BYTES",
+        help="memory the store may hold in write buffers (recent writes, all together) "
+             "before writing them out to its files: more means fewer, larger writes out "
+             f"(bytes, at least {MIN_WRITE_BUFFER_BYTES}; default %(default)s)")
+    add("--block-cache-bytes", type=int, default=DEFAULT_BLOCK_CACHE_BYTES, metavar="BYTES",
+        help="memory the store may hold in its cache of file blocks read, indexes included: "
+             "more spares reading them again from the files (bytes, at least "
+             f"{MIN_BLOCK_CACHE_BYTES}; default %(default)s)")
     add("--busy-poll-us", type=int, default=DEFAULT_BUSY_POLL_US, metavar="US",
         help="while requests keep coming within this window, poll for the next one this long "
              "before sleeping: lower round-trip latency for some CPU; sparse traffic is not "
@@ -198,5 +225,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         insecure=args.insecure, idle_timeout_s=args.idle_timeout,
         auth_timeout_s=args.auth_timeout, busy_poll_us=args.busy_poll_us,
         sqs_port=args.sqs_port, sqs_account=args.sqs_account, sqs_region=args.sqs_region,
-        max_buffered=args.max_buffered,
+        max_buffered=args.max_buffered, write_buffer_bytes=args.write_buffer_bytes,
+        block_cache_bytes=args.block_cache_bytes,
     ).check()

@@ -21,6 +21,9 @@ prometheus-client's own thread and only reads.
     lamina_tag_messages{queue, tag, state}     active / inflight / delayed / parked, for the
                                                BUSIEST_QUEUES queues with the most recent
                                                requests
+    lamina_store_memory_bytes{kind}            the store's memory: write_buffers, block_cache,
+                                               table_readers, and the bounds
+                                               write_buffers_limit, block_cache_limit
 """
 
 from __future__ import annotations
@@ -133,6 +136,9 @@ class ServerMetrics:
         self.tag_messages = Gauge("lamina_tag_messages",
                                   "Messages per state for each tag of the busiest queues",
                                   ["queue", "tag", "state"], registry=registry)
+        self.store_memory = Gauge("lamina_store_memory_bytes",
+                                  "Memory the store holds, by kind, and its bounds", ["kind"],
+                                  registry=registry)
         #: Requests per queue (lower-cased), halved at each refresh: what "busiest" means.
         self.traffic: Tally[str] = Tally()
         self._http: tuple[WSGIServer, threading.Thread] | None = None
@@ -177,7 +183,14 @@ class ServerMetrics:
     # -- queue figures (called by the applier, inside a group) --------------------------------
 
     def refresh_queues(self, engine: Engine) -> None:
-        """Depth per queue, and per-tag states for the busiest queues."""
+        """Depth per queue, per-tag states for the busiest queues, the store's memory."""
+        usage = engine.memory_usage()
+        for kind, value in (("write_buffers", usage.write_buffers_bytes),
+                            ("write_buffers_limit", usage.write_buffer_limit_bytes),
+                            ("block_cache", usage.block_cache_bytes),
+                            ("block_cache_limit", usage.block_cache_limit_bytes),
+                            ("table_readers", usage.table_readers_bytes)):
+            self.store_memory.labels(kind).set(value)
         depths = queue_depths(engine)
         self.queue_messages.clear()
         for name, messages in depths.items():

@@ -193,7 +193,7 @@ class Server:
         if self.engine is None:
             self.engine = Engine.open(config.data, fsync=config.fsync,
                                       receipt_key=config.receipt_key,
-                                      max_queues=config.max_queues)
+                                      max_queues=config.max_queues, memory=config.memory)
         try:
             self.applier.attach(self.engine)
             if config.tls:

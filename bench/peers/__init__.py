@@ -43,6 +43,9 @@ class Peer:
     title: str  # as in the report, e.g. "Redis 7.0.15 (Streams)"
     start: Callable[[bool], PeerServer]  # fsync -> a fresh running server
     workloads: Mapping[str, Callable[[Run, Params], WorkloadResult]]
+    #: (run, messages, body bytes): store that many messages apart from the workloads' own,
+    #: to stay while a workload runs (``--backlog``).
+    fill_backlog: Callable[[Run, int, int], None]
 
 
 def load_peer(name: str) -> Peer:

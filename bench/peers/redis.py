@@ -185,6 +185,13 @@ def _prefill(run: Run, stream: bytes, messages: int, body_bytes: int) -> None:
             left -= count
 
 
+def fill_backlog(run: Run, messages: int, body_bytes: int) -> None:
+    """``--backlog``: ``messages`` entries in a stream of their own, left there."""
+    stream = _stream("backlog")
+    _fresh_stream(run, stream, group=False)
+    _prefill(run, stream, messages, body_bytes)
+
+
 def run_w2(run: Run, params: Params) -> WorkloadResult:
     _single_inflight(params)
     result, processes, messages, batch = start_w2(run, params)
@@ -242,4 +249,4 @@ def load() -> Peer:
     version = _version()
     runs: dict[str, Any] = {"w1": run_w1, "w2": run_w2, "w3": run_w3, "w4": run_w4}
     return Peer("redis", f"Redis {version} (Streams)".replace("  ", " "), RedisServer.start,
-                runs)
+                runs, fill_backlog)

@@ -113,7 +113,7 @@ def test_a_reopen_that_fails_leaves_every_operation_unavailable_until_one_succee
     with pytest.raises(Unavailable):
         engine.send("q", [b"refused"])
 
-    def no_descriptors(path: Any) -> Store:
+    def no_descriptors(path: Any, **options: Any) -> Store:
         raise OSError(24, "Too many open files")
 
     monkeypatch.setattr(recovery, "Store", no_descriptors)

@@ -53,6 +53,22 @@ async def test_metrics_endpoint(tmp_path: Path) -> None:
     assert "lamina_wal_syncs_total" in text
 
 
+async def test_metrics_show_the_store_memory_and_the_bounds_it_opened_with(tmp_path: Path
+                                                                         ) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=0.1,
+                              write_buffer_bytes=6 << 20, block_cache_bytes=3 << 20) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("orders")
+            await client.send("orders", [b"a" * 1000] * 100)
+            await trio.sleep(0.3)
+            text = await trio.to_thread.run_sync(scrape, server.metrics_port)
+    assert sample(text, 'lamina_store_memory_bytes{kind="write_buffers_limit"}') == 6 << 20
+    assert sample(text, 'lamina_store_memory_bytes{kind="block_cache_limit"}') == 3 << 20
+    assert sample(text, 'lamina_store_memory_bytes{kind="write_buffers"}') >= 100_000
+    assert 'lamina_store_memory_bytes{kind="block_cache"}' in text
+    assert 'lamina_store_memory_bytes{kind="table_readers"}' in text
+
+
 def test_log_lines_are_json_with_their_fields() -> None:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -234,6 +234,23 @@ def test_against_redis_runs_every_workload_on_both_and_compares_them(lamina: Any
 
 @pytest.mark.slow
 @needs_redis
+def test_a_backlog_stays_beside_the_workload_on_both_systems_and_counts_in_peak_rss(
+        lamina: Any) -> None:
+    pytest.importorskip("hiredis")
+    ran = lamina(None, "bench", "w4", "--against", "redis", "--messages", "50",
+                 "--backlog", "3000", "--json")
+    assert ran.code == 0, ran.err
+    doc = ran.json()
+    for result in doc["results"]:
+        assert result["params"]["backlog"] == 3000
+        peak = next(f for f in result["figures"] if f["label"] == "server peak RSS")
+        assert peak["target"] == 100 and peak["at_least"] is False
+    ran = lamina(None, "bench", "w4", "--backlog", "-1")
+    assert ran.code == 1 and "--backlog" in ran.err
+
+
+@pytest.mark.slow
+@needs_redis
 def test_against_redis_alternates_the_systems_and_syncs_with_fsync(lamina: Any) -> None:
     pytest.importorskip("hiredis")
     ran = lamina(None, "bench", "w1", "--against", "redis", *TINY, "--fsync", "--repeat", "2")
