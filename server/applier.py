@@ -62,6 +62,8 @@ INBOX_CAPACITY = 1024
 #: readers with requests ready to apply them, so that they share the sync.
 SYNC_GATHER_CHECKPOINTS = 2
 _NO_GROUP = contextlib.nullcontext()
+#: Ops answered without an engine call: the engine's next deadline cannot have moved.
+_NO_ENGINE_OPS = frozenset({"ping", "server_info", "auth"})
 _NO_MESSAGES = ReceiveAnswer([])
 
 
@@ -242,6 +244,41 @@ class GroupApplier:
         self._commit_group((work,), len(work.requests))
         return True
 
+    def apply_request_now(self, requester: Requester, request: Request, started: float) -> bool:
+        """``apply_now`` of one request read alone (a client awaiting each answer): its group
+        is that request alone, applied and answered here without the bookkeeping of a group
+        of several. Anything more (--fsync, waiters to serve, deadlines due, a wait begun or
+        ended by it) takes the group path. -> False when it must go through the inbox."""
+        if not self._applier_idle:
+            return False
+        deadline = self.deadline_ms
+        if (self.engine.fsync or self.waiting.any_due
+                or (deadline is not None and deadline <= self.clock())):
+            self._commit_group((Work(requester, [request], 0, started),), 1)
+            return True
+        replies: list[_Reply] = []
+        answer = self._answer_of(requester, request, started, replies)
+        deadline = self.deadline_ms
+        if (answer is None or replies or self.waiting.any_due
+                or (deadline is not None and deadline <= self.clock())):
+            if answer is not None:
+                replies.insert(0, _Reply(requester, request.id, answer, request.op, started))
+            failure: LaminaError | None = None
+            try:
+                self._group_edge(replies)
+            except Exception as exc:
+                failure = self._group_failure(exc)
+            self._settle(_AppliedGroup((), replies, [], failure, 1, started))
+            return True
+        requester.answer(request.id, answer)
+        self.groups += 1
+        self.metrics.observe_alone(
+            request.op, answer.code if isinstance(answer, LaminaError) else "ok",
+            time.perf_counter() - started)
+        if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none here)
+            self._set_deadline()
+        return True
+
     async def run(self) -> None:
         """The applier's task: until the inbox is closed and empty (rule 5 of server.py)."""
         inbox = self._inbox
@@ -300,7 +337,10 @@ class GroupApplier:
         1, 3, 4, 7)."""
         started = time.perf_counter()
         replies, jobs, failure = self._apply_group(items)
-        group = _AppliedGroup(items, replies, jobs, failure, count, started)
+        self._settle(_AppliedGroup(items, replies, jobs, failure, count, started))
+
+    def _settle(self, group: _AppliedGroup) -> None:
+        """Answer an applied group now, or once a WAL sync covers it (rule 7)."""
         if self.engine.fsync and (self._awaiting_sync or self._sync_needed()):
             self._awaiting_sync.append(group)
             self._sync_wake.set()
@@ -360,8 +400,8 @@ class GroupApplier:
                 # of requests around it, or a TICK, apply the deadlines.
                 chunk = not items and bool(self.long_work)
                 if not chunk:
-                    self._run_due_deadlines()
-                if waiting.any_due:
+                    self._group_edge(replies)
+                elif waiting.any_due:
                     self._serve_waiters(replies)
                 for item in items:
                     if type(item) is Work:
@@ -376,17 +416,30 @@ class GroupApplier:
                     self.long_work.step(
                         engine, lambda *reply: replies.append(_Reply(*reply)),
                         lambda work: self._apply_work(work, replies))
+                    if waiting.any_due:
+                        self._serve_waiters(replies)
                 else:
-                    self._run_due_deadlines()
-                if waiting.any_due:
-                    self._serve_waiters(replies)
-        except LaminaError as exc:  # the group's write failed (rule 4)
-            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
-            failure = InternalError(f"storage write failed ({exc.message}); this request "
-                                    "may or may not have taken effect")
-        except Exception as exc:  # a bug outside any one request
-            failure = internal_error("group commit", exc)
+                    self._group_edge(replies)
+        except Exception as exc:
+            failure = self._group_failure(exc)
         return replies, jobs, failure
+
+    def _group_edge(self, replies: list[_Reply]) -> None:
+        """At a group's start and end: the engine's due deadlines, then the waiters of the tags
+        they (or the group) made due (rule 3)."""
+        if self.deadline_ms is not None:
+            self._run_due_deadlines()
+        if self.waiting.any_due:
+            self._serve_waiters(replies)
+
+    @staticmethod
+    def _group_failure(exc: Exception) -> LaminaError:
+        """The answer of every request of a group that failed outside any one request."""
+        if isinstance(exc, LaminaError):  # the group's write failed (rule 4)
+            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
+            return InternalError(f"storage write failed ({exc.message}); this request "
+                                 "may or may not have taken effect")
+        return internal_error("group commit", exc)  # a bug outside any one request
 
     def _answer_group(self, group: _AppliedGroup) -> None:
         """Queue every answer of a durable group; the answers of one connection go out in
@@ -395,30 +448,31 @@ class GroupApplier:
         now = time.perf_counter()
         observe = self.metrics.observe
         failure = group.failure
-        frames: dict[Requester, list[Any]] = {}
         replies: list[Any] = group.replies
-        for index, reply in enumerate(replies):
-            # Dropped once encoded: a receive's or peek's records (up to max_frame) are not
-            # held beside their frame (budget.py counts the frames).
-            replies[index] = None
-            answer: Answer = reply.answer
-            if isinstance(answer, LaminaError):
-                outcome = answer.code
-            elif failure is not None:
-                answer, outcome = failure, failure.code
-            else:
-                outcome = "ok"
-            connection = reply.connection
-            frame = connection.encode_answer(reply.request_id, answer)
-            if frame is not None:
-                pending = frames.get(connection)
-                if pending is None:
-                    frames[connection] = [frame]
-                else:
-                    pending.append(frame)
+        if len(replies) == 1:  # a lone request's group (or one waiter's): nothing to gather
+            reply = replies[0]
+            replies[0] = None  # as below
+            answer, outcome = _outcome(reply.answer, failure)
+            reply.connection.answer(reply.request_id, answer)
             observe(reply.op, outcome, now - reply.started)
-        for connection, pending in frames.items():
-            connection.send_frames(pending)
+        else:
+            frames: dict[Requester, list[Any]] = {}
+            for index, reply in enumerate(replies):
+                # Dropped once encoded: a receive's or peek's records (up to max_frame) are
+                # not held beside their frame (budget.py counts the frames).
+                replies[index] = None
+                answer, outcome = _outcome(reply.answer, failure)
+                connection = reply.connection
+                frame = connection.encode_answer(reply.request_id, answer)
+                if frame is not None:
+                    pending = frames.get(connection)
+                    if pending is None:
+                        frames[connection] = [frame]
+                    else:
+                        pending.append(frame)
+                observe(reply.op, outcome, now - reply.started)
+            for connection, pending in frames.items():
+                connection.send_frames(pending)
         for job in group.jobs:
             job.done.set()
         self._set_deadline()
@@ -426,24 +480,30 @@ class GroupApplier:
 
     def _apply_work(self, work: Work, replies: list[_Reply]) -> None:
         waiting, long_work = self.waiting, self.long_work
+        connection, started = work.connection, work.started
         for index, request in enumerate(work.requests):
             if long_work and long_work.defer(work, index):
                 return  # behind this connection's long work (longwork.py rule 1)
-            self._apply_request(work, request, replies)
+            answer = self._answer_of(connection, request, started, replies)
+            if answer is not None:
+                replies.append(_Reply(connection, request.id, answer, request.op, started))
             if waiting.any_due:
                 self._serve_waiters(replies)
 
-    def _apply_request(self, work: Work, request: Request, replies: list[_Reply]) -> None:
-        connection, op, args = work.connection, request.op, request.args
+    def _answer_of(self, connection: Requester, request: Request, started: float,
+                   replies: list[_Reply]) -> Answer | None:
+        """Apply one request; -> its answer, or None when it is answered later (a waiting
+        receive, long work). The answers of waits it ends go to ``replies``."""
+        op, args = request.op, request.args
         answer: Answer
         try:
             operation = check_request(op, args)
             caller = self.caller_of(connection)
             queue = args.get("queue")
             if op == "receive":
-                received = self._receive(connection, request, caller, work.started)
+                received = self._receive(connection, request, caller, started)
                 if received is None:
-                    return  # waiting
+                    return None  # waiting
                 answer = received
             elif op == "ping":
                 answer = MapAnswer({"time": self.clock()})
@@ -457,10 +517,10 @@ class GroupApplier:
                 result = apply_operation(operation, self.engine, args, caller, request.id,
                                          self.max_frame_bytes)
                 if isinstance(result, Continuation):  # long work: its next chunks come later
-                    self.long_work.start(connection, request.id, op, work.started, result)
+                    self.long_work.start(connection, request.id, op, started, result)
                     if self._applier_idle and self._inbox_send is not None:
                         self.try_enqueue(self._inbox_send, TICK)  # wake it for them
-                    return
+                    return None
                 answer = result
                 if op in ("delete_queue", "delete_tag") and not isinstance(answer, LaminaError):
                     self._end_waits_on_deleted(op, args, replies)
@@ -473,7 +533,7 @@ class GroupApplier:
             # a client cannot grow the tally with names of its own (metrics.count_traffic).
             if type(queue) is str and not isinstance(answer, LaminaError):
                 self.metrics.count_traffic(queue)
-        replies.append(_Reply(connection, request.id, answer, op, work.started))
+        return answer
 
     # -- receives and waiters ------------------------------------------------------------------
 
@@ -545,6 +605,16 @@ class GroupApplier:
             error = TagNotFound(f"tag: {args['tag']!r} was deleted", field="tag")
         for waiter in waiters:
             self._claim(waiter, error, replies)
+
+
+def _outcome(answer: Answer, failure: LaminaError | None) -> tuple[Answer, str]:
+    """What to send for ``answer`` in a group that ``failure`` failed (None: it did not), and
+    the outcome to count: a request's own error stands, any other answer becomes ``failure``."""
+    if isinstance(answer, LaminaError):
+        return answer, answer.code
+    if failure is not None:
+        return failure, failure.code
+    return answer, "ok"
 
 
 def _weight(item: Any) -> tuple[int, int]:

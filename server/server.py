@@ -308,7 +308,8 @@ class Server:
                 with trio.fail_after(self.config.auth_timeout_s):
                     await wrapped.do_handshake()
             connection = Connection(self.applier, self.limits, wrapped, peer,
-                                    budget=self.budget, on_read=self.busy_poll.kick)
+                                    budget=self.budget, on_read=self.busy_poll.kick
+                                    if self.busy_poll.window_s else None)
             self.connections.add(connection)
             self.metrics.connections.inc()
             self.metrics.accepted.inc()
