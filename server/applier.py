@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import trio
 
@@ -43,6 +42,7 @@ from .dispatch import (
     receive_call,
     wait_seconds,
 )
+from .groups import TICK, AppliedGroup, EngineJob, Reply, item_weight
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
 from .metrics import ServerMetrics
@@ -65,44 +65,6 @@ _NO_GROUP = contextlib.nullcontext()
 #: Ops answered without an engine call: the engine's next deadline cannot have moved.
 _NO_ENGINE_OPS = frozenset({"ping", "server_info", "auth"})
 _NO_MESSAGES = ReceiveAnswer([])
-
-
-class _Tick:
-    """Inbox item: a deadline is due (the applier checks deadlines in every group anyway)."""
-
-
-TICK = _Tick()
-
-
-@dataclass(eq=False)
-class EngineJob:
-    """Inbox item: run ``fn(engine)`` inside a group, on the applier (rule 1)."""
-
-    fn: Callable[[Engine], Any]
-    done: trio.Event = field(default_factory=trio.Event)
-    result: Any = None
-    error: BaseException | None = None
-
-
-class _Reply(NamedTuple):
-    connection: Requester
-    request_id: int
-    answer: Answer
-    op: str
-    started: float
-
-
-@dataclass(slots=True)
-class _AppliedGroup:
-    """A group applied and not yet answered: its replies, the jobs it ran, and the failure
-    that replaces every answer (its write or its WAL sync failed)."""
-
-    items: Sequence[Any]
-    replies: list[_Reply]
-    jobs: list[EngineJob]
-    failure: LaminaError | None
-    count: int
-    started: float  # time.perf_counter() when it began to apply
 
 
 class GroupApplier:
@@ -145,7 +107,7 @@ class GroupApplier:
         #: Rule 6: the applier waits on an empty inbox (cleared by every send to it).
         self._applier_idle = False
         #: Rule 7: groups applied and waiting for the next WAL sync, oldest first.
-        self._awaiting_sync: list[_AppliedGroup] = []
+        self._awaiting_sync: list[AppliedGroup] = []
         self._sync_failed = False  # the last sync failed: the next one may not be skipped
         self._sync_wake = trio.Event()
         self._applying_done = False  # the applier has applied its last group
@@ -245,10 +207,9 @@ class GroupApplier:
         return True
 
     def apply_request_now(self, requester: Requester, request: Request, started: float) -> bool:
-        """``apply_now`` of one request read alone (a client awaiting each answer): its group
-        is that request alone, applied and answered here without the bookkeeping of a group
-        of several. Anything more (--fsync, waiters to serve, deadlines due, a wait begun or
-        ended by it) takes the group path. -> False when it must go through the inbox."""
+        """``apply_now`` of a request read alone (a client awaiting each answer): applied and
+        answered here as a group of its own, without a Work or a group's bookkeeping, unless
+        more is to do (--fsync, waiters, due deadlines, a wait it began or ended: a group)."""
         if not self._applier_idle:
             return False
         deadline = self.deadline_ms
@@ -256,19 +217,19 @@ class GroupApplier:
                 or (deadline is not None and deadline <= self.clock())):
             self._commit_group((Work(requester, [request], 0, started),), 1)
             return True
-        replies: list[_Reply] = []
+        replies: list[Reply] = []
         answer = self._answer_of(requester, request, started, replies)
         deadline = self.deadline_ms
         if (answer is None or replies or self.waiting.any_due
                 or (deadline is not None and deadline <= self.clock())):
             if answer is not None:
-                replies.insert(0, _Reply(requester, request.id, answer, request.op, started))
+                replies.insert(0, Reply(requester, request.id, answer, request.op, started))
             failure: LaminaError | None = None
             try:
                 self._group_edge(replies)
             except Exception as exc:
                 failure = self._group_failure(exc)
-            self._settle(_AppliedGroup((), replies, [], failure, 1, started))
+            self._settle(AppliedGroup((), replies, [], failure, 1, started))
             return True
         requester.answer(request.id, answer)
         self.groups += 1
@@ -314,14 +275,14 @@ class GroupApplier:
                 except trio.EndOfChannel:
                     if not self.long_work:  # long work runs to its end (longwork.py rule 3)
                         return
-                count, nbytes = _weight(items[0]) if items else (0, 0)
+                count, nbytes = item_weight(items[0]) if items else (0, 0)
                 while items and count < GROUP_MAX_REQUESTS and nbytes < GROUP_MAX_BYTES:
                     try:
                         item = inbox.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     items.append(item)
-                    more, size = _weight(item)
+                    more, size = item_weight(item)
                     count, nbytes = count + more, nbytes + size
                 if items:
                     self._commit_group(items, count)
@@ -337,9 +298,9 @@ class GroupApplier:
         1, 3, 4, 7)."""
         started = time.perf_counter()
         replies, jobs, failure = self._apply_group(items)
-        self._settle(_AppliedGroup(items, replies, jobs, failure, count, started))
+        self._settle(AppliedGroup(items, replies, jobs, failure, count, started))
 
-    def _settle(self, group: _AppliedGroup) -> None:
+    def _settle(self, group: AppliedGroup) -> None:
         """Answer an applied group now, or once a WAL sync covers it (rule 7)."""
         if self.engine.fsync and (self._awaiting_sync or self._sync_needed()):
             self._awaiting_sync.append(group)
@@ -383,10 +344,10 @@ class GroupApplier:
                 self._answer_group(group)
 
     def _apply_group(self, items: Sequence[Any]
-                     ) -> tuple[list[_Reply], list[EngineJob], LaminaError | None]:
+                     ) -> tuple[list[Reply], list[EngineJob], LaminaError | None]:
         """Apply ``items`` in one engine group (rules 1, 3, 4); -> the replies to send, the
         jobs run, and the failure that replaces every answer if the group's write failed."""
-        replies: list[_Reply] = []
+        replies: list[Reply] = []
         jobs: list[EngineJob] = []
         failure: LaminaError | None = None
         engine = self.engine
@@ -414,7 +375,7 @@ class GroupApplier:
                             item.error = exc
                 if chunk:
                     self.long_work.step(
-                        engine, lambda *reply: replies.append(_Reply(*reply)),
+                        engine, lambda *reply: replies.append(Reply(*reply)),
                         lambda work: self._apply_work(work, replies))
                     if waiting.any_due:
                         self._serve_waiters(replies)
@@ -424,7 +385,7 @@ class GroupApplier:
             failure = self._group_failure(exc)
         return replies, jobs, failure
 
-    def _group_edge(self, replies: list[_Reply]) -> None:
+    def _group_edge(self, replies: list[Reply]) -> None:
         """At a group's start and end: the engine's due deadlines, then the waiters of the tags
         they (or the group) made due (rule 3)."""
         if self.deadline_ms is not None:
@@ -441,44 +402,43 @@ class GroupApplier:
                                  "may or may not have taken effect")
         return internal_error("group commit", exc)  # a bug outside any one request
 
-    def _answer_group(self, group: _AppliedGroup) -> None:
+    def _answer_group(self, group: AppliedGroup) -> None:
         """Queue every answer of a durable group; the answers of one connection go out in
         one write."""
         self.groups += 1
         now = time.perf_counter()
         observe = self.metrics.observe
         failure = group.failure
+        frames: dict[Requester, list[Any]] = {}
         replies: list[Any] = group.replies
-        if len(replies) == 1:  # a lone request's group (or one waiter's): nothing to gather
-            reply = replies[0]
-            replies[0] = None  # as below
-            answer, outcome = _outcome(reply.answer, failure)
-            reply.connection.answer(reply.request_id, answer)
+        for index, reply in enumerate(replies):
+            # Dropped once encoded: a receive's or peek's records (up to max_frame) are not
+            # held beside their frame (budget.py counts the frames).
+            replies[index] = None
+            answer: Answer = reply.answer
+            if isinstance(answer, LaminaError):
+                outcome = answer.code
+            elif failure is not None:
+                answer, outcome = failure, failure.code
+            else:
+                outcome = "ok"
+            connection = reply.connection
+            frame = connection.encode_answer(reply.request_id, answer)
+            if frame is not None:
+                pending = frames.get(connection)
+                if pending is None:
+                    frames[connection] = [frame]
+                else:
+                    pending.append(frame)
             observe(reply.op, outcome, now - reply.started)
-        else:
-            frames: dict[Requester, list[Any]] = {}
-            for index, reply in enumerate(replies):
-                # Dropped once encoded: a receive's or peek's records (up to max_frame) are
-                # not held beside their frame (budget.py counts the frames).
-                replies[index] = None
-                answer, outcome = _outcome(reply.answer, failure)
-                connection = reply.connection
-                frame = connection.encode_answer(reply.request_id, answer)
-                if frame is not None:
-                    pending = frames.get(connection)
-                    if pending is None:
-                        frames[connection] = [frame]
-                    else:
-                        pending.append(frame)
-                observe(reply.op, outcome, now - reply.started)
-            for connection, pending in frames.items():
-                connection.send_frames(pending)
+        for connection, pending in frames.items():
+            connection.send_frames(pending)
         for job in group.jobs:
             job.done.set()
         self._set_deadline()
         self.metrics.observe_group(group.count, now - group.started)
 
-    def _apply_work(self, work: Work, replies: list[_Reply]) -> None:
+    def _apply_work(self, work: Work, replies: list[Reply]) -> None:
         waiting, long_work = self.waiting, self.long_work
         connection, started = work.connection, work.started
         for index, request in enumerate(work.requests):
@@ -486,19 +446,19 @@ class GroupApplier:
                 return  # behind this connection's long work (longwork.py rule 1)
             answer = self._answer_of(connection, request, started, replies)
             if answer is not None:
-                replies.append(_Reply(connection, request.id, answer, request.op, started))
+                replies.append(Reply(connection, request.id, answer, request.op, started))
             if waiting.any_due:
                 self._serve_waiters(replies)
 
     def _answer_of(self, connection: Requester, request: Request, started: float,
-                   replies: list[_Reply]) -> Answer | None:
+                   replies: list[Reply]) -> Answer | None:
         """Apply one request; -> its answer, or None when it is answered later (a waiting
         receive, long work). The answers of waits it ends go to ``replies``."""
         op, args = request.op, request.args
         answer: Answer
         try:
             operation = check_request(op, args)
-            caller = self.caller_of(connection)
+            caller = self.caller_of(connection) if self.auth_required else None
             queue = args.get("queue")
             if op == "receive":
                 received = self._receive(connection, request, caller, started)
@@ -562,7 +522,7 @@ class GroupApplier:
         """The queue's ``polling_wait`` (the default ``wait``)."""
         return self.engine.queue_attributes(queue)["polling_wait"]
 
-    def _serve_waiters(self, replies: list[_Reply]) -> None:
+    def _serve_waiters(self, replies: list[Reply]) -> None:
         """Waiters rule 2: retry the waiters of due tags, oldest first, until one finds
         nothing (a bounded number of rounds: a retry may itself mark a tag due)."""
         max_frame = self.max_frame_bytes
@@ -584,16 +544,16 @@ class GroupApplier:
                         break
                     self._claim(waiter, answer, replies)
 
-    def _claim(self, waiter: Waiter, answer: Answer, replies: list[_Reply]) -> None:
+    def _claim(self, waiter: Waiter, answer: Answer, replies: list[Reply]) -> None:
         self.waiting.remove(waiter)
         waiter.claimed = True
         waiter.owner.forget_wait(waiter)
         # Every waiter's owner is the Requester of its receive (``_receive``).
-        replies.append(_Reply(cast(Requester, waiter.owner), waiter.request_id, answer,
+        replies.append(Reply(cast(Requester, waiter.owner), waiter.request_id, answer,
                               "receive", waiter.op_started))
 
     def _end_waits_on_deleted(self, op: str, args: dict[str, Any],
-                              replies: list[_Reply]) -> None:
+                              replies: list[Reply]) -> None:
         """DESIGN §2: delete_queue / delete_tag end their waits with QueueNotFound /
         TagNotFound."""
         queue = args["queue"]
@@ -605,19 +565,3 @@ class GroupApplier:
             error = TagNotFound(f"tag: {args['tag']!r} was deleted", field="tag")
         for waiter in waiters:
             self._claim(waiter, error, replies)
-
-
-def _outcome(answer: Answer, failure: LaminaError | None) -> tuple[Answer, str]:
-    """What to send for ``answer`` in a group that ``failure`` failed (None: it did not), and
-    the outcome to count: a request's own error stands, any other answer becomes ``failure``."""
-    if isinstance(answer, LaminaError):
-        return answer, answer.code
-    if failure is not None:
-        return failure, failure.code
-    return answer, "ok"
-
-
-def _weight(item: Any) -> tuple[int, int]:
-    if type(item) is Work:
-        return len(item.requests), item.nbytes
-    return 1, 0

@@ -69,6 +69,11 @@ class Applier(Protocol):
         """Apply ``work`` in the calling task if nothing is queued before it (-> False:
         queue it)."""
 
+    def apply_request_now(self, requester: Requester, request: Request, started: float
+                          ) -> bool:
+        """``apply_now`` of ``Work(requester, [request], _, started)``, a request read alone,
+        answered at once through ``requester.answer`` when nothing else is due."""
+
     def try_enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> bool:
         """Queue ``item`` unless the inbox is full (-> False)."""
 

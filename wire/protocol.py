@@ -46,7 +46,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,7 +88,6 @@ from .framing import (
     FrameReader,
     decode_item,
     encode_frame_header,
-    encode_int,
     find_unsupported_value,
 )
 from .splicing import (
@@ -101,6 +99,7 @@ from .splicing import (
     encode_entries_response,
     encode_peek_response,
     encode_receive_response,
+    encode_response,
     encode_send_response,
     peek_entry_size,
     peek_response_overhead,
@@ -157,23 +156,6 @@ def encode_message(item: Any) -> bytes:
     """One frame holding ``item`` encoded by cbor2."""
     body = cbor2.dumps(item)
     return encode_frame_header(len(body)) + body
-
-
-def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
-    """``[id, null, result]``, byte-identical to :func:`encode_message` of it without building
-    the array (every ping and most small answers)."""
-    tail = cbor2.dumps(result)
-    head = (_SMALL_ID_HEADS[request_id] if request_id < len(_SMALL_ID_HEADS)
-            else _ARRAY_OF_3 + encode_int(request_id) + _NULL)
-    return b"".join((_FRAME_HEADER.pack(len(head) + len(tail)), head, tail))
-
-
-_FRAME_HEADER = struct.Struct(">I")  # encode_frame_header without its range check: a map
-#                                    answer longer than 4 GiB fails struct.pack instead
-_ARRAY_OF_3 = b"\x83"
-_NULL = b"\xf6"
-#: ``[id, null, `` for the ids of one-byte CBOR integers (a short-lived connection's).
-_SMALL_ID_HEADS = tuple(_ARRAY_OF_3 + bytes((n,)) + _NULL for n in range(24))
 
 
 def encode_error_response(request_id: int, error: LaminaError | Mapping[str, Any]) -> bytes:
