@@ -8,7 +8,9 @@
 The answers' side, with the unsent cap and the writer task, is ``outbox.py``.
 
 On plain TCP the reader reads the socket's fd itself and the answers of a small request are
-written before the reader waits again: one task step per request (see ``_read_socket``).
+written before the reader waits again: one task step per request (see ``_read_socket``). A
+read holding one request after auth (the usual read of a client awaiting each answer) is
+applied and answered in one synchronous call (``_answered_alone``): no Work, no coroutine.
 
 Rules of a connection (each one lives in this file):
 
