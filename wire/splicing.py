@@ -149,15 +149,23 @@ def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
     """The frame ``[id, null, result]``, byte-identical to cbor2.dumps of it without building
     the array (every ping and most small answers)."""
     tail = cbor2.dumps(result)
-    head = (_SMALL_ID_HEADS[request_id] if request_id < len(_SMALL_ID_HEADS)
-            else _ARRAY_OF_3 + encode_int(request_id) + _NULL)
+    if request_id < 24:
+        head = _SMALL_ID_HEADS[request_id]
+    elif request_id < 0x100:
+        head = _U8_ID_HEAD.pack(0x83, 0x18, request_id, 0xF6)  # array(3), uint8, null
+    elif request_id < 0x10000:
+        head = _U16_ID_HEAD.pack(0x83, 0x19, request_id, 0xF6)  # array(3), uint16, null
+    else:
+        head = _ARRAY_OF_3 + encode_int(request_id) + _NULL
     return b"".join((_FRAME_HEADER.pack(len(head) + len(tail)), head, tail))
 
 
 #: encode_frame_header without its range check (a map answer longer than 4 GiB fails the
-#: pack instead), and ``[id, null, `` for the ids of one CBOR byte (a new connection's).
+#: pack instead), and ``[id, null, `` by the size of the id's CBOR head.
 _FRAME_HEADER = struct.Struct(">I")
 _SMALL_ID_HEADS = tuple(_ARRAY_OF_3 + bytes((n,)) + _NULL for n in range(24))
+_U8_ID_HEAD = struct.Struct(">BBBB")
+_U16_ID_HEAD = struct.Struct(">BBHB")
 
 
 def _optional_int(value: int | None) -> bytes:
