@@ -42,7 +42,7 @@ from .dispatch import (
     receive_call,
     wait_seconds,
 )
-from .groups import TICK, AppliedGroup, EngineJob, Reply, item_weight
+from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
 from .metrics import ServerMetrics
@@ -206,39 +206,72 @@ class GroupApplier:
         self._commit_group((work,), len(work.requests))
         return True
 
-    def apply_request_now(self, requester: Requester, request: Request, started: float) -> bool:
-        """``apply_now`` of a request read alone (a client awaiting each answer): applied and
-        answered here as a group of its own, without a Work or a group's bookkeeping, unless
-        more is to do (--fsync, waiters, due deadlines, a wait it began or ended: a group)."""
+    def apply_requests_now(self, requester: Requester, requests: list[Request],
+                           started: float) -> bool:
+        """``apply_now`` of the requests of one read (a client awaiting their answers), one
+        group, applied and answered here without a Work or a group's bookkeeping unless more
+        is to do (--fsync, waiters, due deadlines, a wait begun or ended: a group as any)."""
         if not self._applier_idle:
             return False
         deadline = self.deadline_ms
         if (self.engine.fsync or self.waiting.any_due
                 or (deadline is not None and deadline <= self.clock())):
-            self._commit_group((Work(requester, [request], 0, started),), 1)
+            self._commit_group((Work(requester, requests, 0, started),), len(requests))
             return True
-        replies: list[Reply] = []
-        answer = self._answer_of(requester, request, started, replies)
+        replies: list[Reply] = []  # waits ended by a request, which make it a group
+        answers: list[Answer] = []
+        for request in requests:
+            answer = self._answer_of(requester, request, started, replies)
+            if answer is None or replies or self.waiting.any_due:
+                self._finish_as_group(requester, requests, answers, answer, replies, started)
+                return True
+            answers.append(answer)
         deadline = self.deadline_ms
-        if (answer is None or replies or self.waiting.any_due
-                or (deadline is not None and deadline <= self.clock())):
-            if answer is not None:
-                replies.insert(0, Reply(requester, request.id, answer, request.op, started))
-            failure: LaminaError | None = None
-            try:
-                self._group_edge(replies)
-            except Exception as exc:
-                failure = self._group_failure(exc)
-            self._settle(AppliedGroup((), replies, [], failure, 1, started))
+        if deadline is not None and deadline <= self.clock():
+            self._finish_as_group(requester, requests, answers, None, [], started, done=True)
             return True
-        requester.answer(request.id, answer)
         self.groups += 1
-        self.metrics.observe_alone(
-            request.op, answer.code if isinstance(answer, LaminaError) else "ok",
-            time.perf_counter() - started)
-        if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none here)
-            self._set_deadline()
+        metrics = self.metrics
+        if len(requests) == 1:
+            request, answer = requests[0], answers[0]
+            requester.answer(request.id, answer)
+            metrics.observe_alone(request.op, answer.code if isinstance(answer, LaminaError)
+                                  else "ok", time.perf_counter() - started)
+            if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
+                self._set_deadline()
+            return True
+        frames = [requester.encode_answer(request.id, answer)
+                  for request, answer in zip(requests, answers)]
+        requester.send_frames([frame for frame in frames if frame is not None])
+        seconds = time.perf_counter() - started
+        for request, answer in zip(requests, answers):
+            metrics.observe(request.op, outcome(answer), seconds)
+        metrics.observe_group(len(requests), seconds)
+        self._set_deadline()
         return True
+
+    def _finish_as_group(self, requester: Requester, requests: list[Request],
+                         answers: list[Answer], answer: Answer | None, ended: list[Reply],
+                         started: float, done: bool = False) -> None:
+        """The rest of ``apply_requests_now``'s group as ``_apply_group`` does it: the first
+        ``len(answers)`` requests are answered, the next one (unless ``done``) answered
+        ``answer`` (None: not yet) after ending the waits of ``ended``."""
+        replies = [Reply(requester, request.id, given, request.op, started)
+                   for request, given in zip(requests, answers)] + ended
+        applied = len(requests) if done else len(answers) + 1
+        if answer is not None:
+            last = requests[len(answers)]
+            replies.append(Reply(requester, last.id, answer, last.op, started))
+        failure: LaminaError | None = None
+        try:
+            if self.waiting.any_due:
+                self._serve_waiters(replies)
+            if applied < len(requests):
+                self._apply_work(Work(requester, requests[applied:], 0, started), replies)
+            self._group_edge(replies)
+        except Exception as exc:
+            failure = group_failure(exc)
+        self._settle(AppliedGroup((), replies, [], failure, len(requests), started))
 
     async def run(self) -> None:
         """The applier's task: until the inbox is closed and empty (rule 5 of server.py)."""
@@ -382,7 +415,7 @@ class GroupApplier:
                 else:
                     self._group_edge(replies)
         except Exception as exc:
-            failure = self._group_failure(exc)
+            failure = group_failure(exc)
         return replies, jobs, failure
 
     def _group_edge(self, replies: list[Reply]) -> None:
@@ -392,15 +425,6 @@ class GroupApplier:
             self._run_due_deadlines()
         if self.waiting.any_due:
             self._serve_waiters(replies)
-
-    @staticmethod
-    def _group_failure(exc: Exception) -> LaminaError:
-        """The answer of every request of a group that failed outside any one request."""
-        if isinstance(exc, LaminaError):  # the group's write failed (rule 4)
-            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
-            return InternalError(f"storage write failed ({exc.message}); this request "
-                                 "may or may not have taken effect")
-        return internal_error("group commit", exc)  # a bug outside any one request
 
     def _answer_group(self, group: AppliedGroup) -> None:
         """Queue every answer of a durable group; the answers of one connection go out in

@@ -9,8 +9,8 @@ The answers' side, with the unsent cap and the writer task, is ``outbox.py``.
 
 On plain TCP the reader reads the socket's fd itself and the answers of a small request are
 written before the reader waits again: one task step per request (see ``_read_socket``). A
-read holding one request after auth (the usual read of a client awaiting each answer) is
-applied and answered in one synchronous call (``_answered_alone``): no Work, no coroutine.
+read holding a few requests after auth (the usual read of a client awaiting its answers) is
+applied and answered in one synchronous call (``_answered_now``): no Work, no coroutine.
 
 Rules of a connection (each one lives in this file):
 
@@ -357,7 +357,7 @@ class Connection:
                 on_read()
             drained = len(data) < RECEIVE_CHUNK_BYTES
             events = proto.receive_data(data)
-            if not self._answered_alone(events, now):
+            if not (events and self._answered_now(events, now)):
                 await self._handle(events, inbox, len(data), now)
             if proto.protocol_error is not None:
                 self._log_protocol_error()
@@ -410,24 +410,34 @@ class Connection:
                 return requests
             events = proto.receive_data(b"")
 
-    def _answered_alone(self, events: list[Any], started: float) -> bool:
-        """The usual read of a client awaiting each answer: one request, after auth, applied
-        and answered now (``Applier.apply_request_now``) with no Work and no task switch.
+    def _answered_now(self, events: list[Any], started: float) -> bool:
+        """The usual read of a client awaiting its answers: a few requests after auth, applied
+        and answered now (``Applier.apply_requests_now``) with no Work and no task switch.
         False: not such a read, or the applier is busy (nothing is reserved then)."""
-        if len(events) != 1 or self.proto.pre_auth:
+        if self.proto.pre_auth:
             return False
-        request = events[0]
-        if type(request) is not Request:
+        if len(events) == 1:  # the commonest: one request
+            request = events[0]
+            if type(request) is Request and request.op not in BOUNDED_ANSWER_OPS:
+                return self.applier.apply_requests_now(self, events, started)
+        elif len(events) > REQUEST_SLICE:
             return False
-        if request.op in BOUNDED_ANSWER_OPS:  # rule 3, as in _handle
-            if not self.outbox.reserve(request.id, answer_bound_bytes(
-                    request, self.limits.max_frame_bytes)):
+        bounded = False
+        for request in events:
+            if type(request) is not Request:
                 return False
-            if self.applier.apply_request_now(self, request, started):
-                return True
-            self.outbox.release(request.id)
+            if request.op in BOUNDED_ANSWER_OPS:
+                bounded = True
+        if not bounded:
+            return self.applier.apply_requests_now(self, events, started)
+        # rule 3, as in _handle
+        if not self.outbox.reserve_all(events, self.limits.max_frame_bytes):
             return False
-        return self.applier.apply_request_now(self, request, started)
+        if self.applier.apply_requests_now(self, events, started):
+            return True
+        for request in events:
+            self.outbox.release(request.id)
+        return False
 
     async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],
                       nbytes: int, started: float) -> None:

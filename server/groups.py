@@ -6,15 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
+import logging
+
 import trio
 
 from lamina.engine import Engine
-from lamina.engine.errors import LaminaError
+from lamina.engine.errors import InternalError, LaminaError
 
+from .bugs import internal_error
 from .dispatch import Answer
 from .ports import Requester, Work
 
-__all__ = ["TICK", "AppliedGroup", "EngineJob", "Reply", "item_weight"]
+__all__ = ["TICK", "AppliedGroup", "EngineJob", "Reply", "group_failure", "item_weight",
+           "outcome"]
+
+log = logging.getLogger("lamina.server")
 
 
 class _Tick:
@@ -62,3 +68,17 @@ def item_weight(item: Any) -> tuple[int, int]:
     if type(item) is Work:
         return len(item.requests), item.nbytes
     return 1, 0
+
+
+def group_failure(exc: Exception) -> LaminaError:
+    """The answer of every request of a group that failed outside any one request."""
+    if isinstance(exc, LaminaError):  # the group's write failed (server.py rule 4)
+        log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
+        return InternalError(f"storage write failed ({exc.message}); this request "
+                             "may or may not have taken effect")
+    return internal_error("group commit", exc)  # a bug outside any one request
+
+
+def outcome(answer: Answer) -> str:
+    """The outcome a request's answer counts as in the metrics: "ok" or its error code."""
+    return answer.code if isinstance(answer, LaminaError) else "ok"
