@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import trio
 
@@ -43,6 +42,7 @@ from .dispatch import (
     receive_call,
     wait_seconds,
 )
+from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
 from .metrics import ServerMetrics
@@ -62,45 +62,9 @@ INBOX_CAPACITY = 1024
 #: readers with requests ready to apply them, so that they share the sync.
 SYNC_GATHER_CHECKPOINTS = 2
 _NO_GROUP = contextlib.nullcontext()
+#: Ops answered without an engine call: the engine's next deadline cannot have moved.
+_NO_ENGINE_OPS = frozenset({"ping", "server_info", "auth"})
 _NO_MESSAGES = ReceiveAnswer([])
-
-
-class _Tick:
-    """Inbox item: a deadline is due (the applier checks deadlines in every group anyway)."""
-
-
-TICK = _Tick()
-
-
-@dataclass(eq=False)
-class EngineJob:
-    """Inbox item: run ``fn(engine)`` inside a group, on the applier (rule 1)."""
-
-    fn: Callable[[Engine], Any]
-    done: trio.Event = field(default_factory=trio.Event)
-    result: Any = None
-    error: BaseException | None = None
-
-
-class _Reply(NamedTuple):
-    connection: Requester
-    request_id: int
-    answer: Answer
-    op: str
-    started: float
-
-
-@dataclass(slots=True)
-class _AppliedGroup:
-    """A group applied and not yet answered: its replies, the jobs it ran, and the failure
-    that replaces every answer (its write or its WAL sync failed)."""
-
-    items: Sequence[Any]
-    replies: list[_Reply]
-    jobs: list[EngineJob]
-    failure: LaminaError | None
-    count: int
-    started: float  # time.perf_counter() when it began to apply
 
 
 class GroupApplier:
@@ -143,7 +107,7 @@ class GroupApplier:
         #: Rule 6: the applier waits on an empty inbox (cleared by every send to it).
         self._applier_idle = False
         #: Rule 7: groups applied and waiting for the next WAL sync, oldest first.
-        self._awaiting_sync: list[_AppliedGroup] = []
+        self._awaiting_sync: list[AppliedGroup] = []
         self._sync_failed = False  # the last sync failed: the next one may not be skipped
         self._sync_wake = trio.Event()
         self._applying_done = False  # the applier has applied its last group
@@ -242,6 +206,73 @@ class GroupApplier:
         self._commit_group((work,), len(work.requests))
         return True
 
+    def apply_requests_now(self, requester: Requester, requests: list[Request],
+                           started: float) -> bool:
+        """``apply_now`` of the requests of one read (a client awaiting their answers), one
+        group, applied and answered here without a Work or a group's bookkeeping unless more
+        is to do (--fsync, waiters, due deadlines, a wait begun or ended: a group as any)."""
+        if not self._applier_idle:
+            return False
+        deadline = self.deadline_ms
+        if (self.engine.fsync or self.waiting.any_due
+                or (deadline is not None and deadline <= self.clock())):
+            self._commit_group((Work(requester, requests, 0, started),), len(requests))
+            return True
+        replies: list[Reply] = []  # waits ended by a request, which make it a group
+        answers: list[Answer] = []
+        for request in requests:
+            answer = self._answer_of(requester, request, started, replies)
+            if answer is None or replies or self.waiting.any_due:
+                self._finish_as_group(requester, requests, answers, answer, replies, started)
+                return True
+            answers.append(answer)
+        deadline = self.deadline_ms
+        if deadline is not None and deadline <= self.clock():
+            self._finish_as_group(requester, requests, answers, None, [], started, done=True)
+            return True
+        self.groups += 1
+        metrics = self.metrics
+        if len(requests) == 1:
+            request, answer = requests[0], answers[0]
+            requester.answer(request.id, answer)
+            metrics.observe_alone(request.op, answer.code if isinstance(answer, LaminaError)
+                                  else "ok", time.perf_counter() - started)
+            if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
+                self._set_deadline()
+            return True
+        frames = [requester.encode_answer(request.id, answer)
+                  for request, answer in zip(requests, answers)]
+        requester.send_frames([frame for frame in frames if frame is not None])
+        seconds = time.perf_counter() - started
+        for request, answer in zip(requests, answers):
+            metrics.observe(request.op, outcome(answer), seconds)
+        metrics.observe_group(len(requests), seconds)
+        self._set_deadline()
+        return True
+
+    def _finish_as_group(self, requester: Requester, requests: list[Request],
+                         answers: list[Answer], answer: Answer | None, ended: list[Reply],
+                         started: float, done: bool = False) -> None:
+        """The rest of ``apply_requests_now``'s group as ``_apply_group`` does it: the first
+        ``len(answers)`` requests are answered, the next one (unless ``done``) answered
+        ``answer`` (None: not yet) after ending the waits of ``ended``."""
+        replies = [Reply(requester, request.id, given, request.op, started)
+                   for request, given in zip(requests, answers)] + ended
+        applied = len(requests) if done else len(answers) + 1
+        if answer is not None:
+            last = requests[len(answers)]
+            replies.append(Reply(requester, last.id, answer, last.op, started))
+        failure: LaminaError | None = None
+        try:
+            if self.waiting.any_due:
+                self._serve_waiters(replies)
+            if applied < len(requests):
+                self._apply_work(Work(requester, requests[applied:], 0, started), replies)
+            self._group_edge(replies)
+        except Exception as exc:
+            failure = group_failure(exc)
+        self._settle(AppliedGroup((), replies, [], failure, len(requests), started))
+
     async def run(self) -> None:
         """The applier's task: until the inbox is closed and empty (rule 5 of server.py)."""
         inbox = self._inbox
@@ -277,14 +308,14 @@ class GroupApplier:
                 except trio.EndOfChannel:
                     if not self.long_work:  # long work runs to its end (longwork.py rule 3)
                         return
-                count, nbytes = _weight(items[0]) if items else (0, 0)
+                count, nbytes = item_weight(items[0]) if items else (0, 0)
                 while items and count < GROUP_MAX_REQUESTS and nbytes < GROUP_MAX_BYTES:
                     try:
                         item = inbox.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     items.append(item)
-                    more, size = _weight(item)
+                    more, size = item_weight(item)
                     count, nbytes = count + more, nbytes + size
                 if items:
                     self._commit_group(items, count)
@@ -300,7 +331,10 @@ class GroupApplier:
         1, 3, 4, 7)."""
         started = time.perf_counter()
         replies, jobs, failure = self._apply_group(items)
-        group = _AppliedGroup(items, replies, jobs, failure, count, started)
+        self._settle(AppliedGroup(items, replies, jobs, failure, count, started))
+
+    def _settle(self, group: AppliedGroup) -> None:
+        """Answer an applied group now, or once a WAL sync covers it (rule 7)."""
         if self.engine.fsync and (self._awaiting_sync or self._sync_needed()):
             self._awaiting_sync.append(group)
             self._sync_wake.set()
@@ -343,10 +377,10 @@ class GroupApplier:
                 self._answer_group(group)
 
     def _apply_group(self, items: Sequence[Any]
-                     ) -> tuple[list[_Reply], list[EngineJob], LaminaError | None]:
+                     ) -> tuple[list[Reply], list[EngineJob], LaminaError | None]:
         """Apply ``items`` in one engine group (rules 1, 3, 4); -> the replies to send, the
         jobs run, and the failure that replaces every answer if the group's write failed."""
-        replies: list[_Reply] = []
+        replies: list[Reply] = []
         jobs: list[EngineJob] = []
         failure: LaminaError | None = None
         engine = self.engine
@@ -360,8 +394,8 @@ class GroupApplier:
                 # of requests around it, or a TICK, apply the deadlines.
                 chunk = not items and bool(self.long_work)
                 if not chunk:
-                    self._run_due_deadlines()
-                if waiting.any_due:
+                    self._group_edge(replies)
+                elif waiting.any_due:
                     self._serve_waiters(replies)
                 for item in items:
                     if type(item) is Work:
@@ -374,21 +408,25 @@ class GroupApplier:
                             item.error = exc
                 if chunk:
                     self.long_work.step(
-                        engine, lambda *reply: replies.append(_Reply(*reply)),
+                        engine, lambda *reply: replies.append(Reply(*reply)),
                         lambda work: self._apply_work(work, replies))
+                    if waiting.any_due:
+                        self._serve_waiters(replies)
                 else:
-                    self._run_due_deadlines()
-                if waiting.any_due:
-                    self._serve_waiters(replies)
-        except LaminaError as exc:  # the group's write failed (rule 4)
-            log.error("group commit failed: %s", exc, extra={"event": "commit_failed"})
-            failure = InternalError(f"storage write failed ({exc.message}); this request "
-                                    "may or may not have taken effect")
-        except Exception as exc:  # a bug outside any one request
-            failure = internal_error("group commit", exc)
+                    self._group_edge(replies)
+        except Exception as exc:
+            failure = group_failure(exc)
         return replies, jobs, failure
 
-    def _answer_group(self, group: _AppliedGroup) -> None:
+    def _group_edge(self, replies: list[Reply]) -> None:
+        """At a group's start and end: the engine's due deadlines, then the waiters of the tags
+        they (or the group) made due (rule 3)."""
+        if self.deadline_ms is not None:
+            self._run_due_deadlines()
+        if self.waiting.any_due:
+            self._serve_waiters(replies)
+
+    def _answer_group(self, group: AppliedGroup) -> None:
         """Queue every answer of a durable group; the answers of one connection go out in
         one write."""
         self.groups += 1
@@ -424,26 +462,32 @@ class GroupApplier:
         self._set_deadline()
         self.metrics.observe_group(group.count, now - group.started)
 
-    def _apply_work(self, work: Work, replies: list[_Reply]) -> None:
+    def _apply_work(self, work: Work, replies: list[Reply]) -> None:
         waiting, long_work = self.waiting, self.long_work
+        connection, started = work.connection, work.started
         for index, request in enumerate(work.requests):
             if long_work and long_work.defer(work, index):
                 return  # behind this connection's long work (longwork.py rule 1)
-            self._apply_request(work, request, replies)
+            answer = self._answer_of(connection, request, started, replies)
+            if answer is not None:
+                replies.append(Reply(connection, request.id, answer, request.op, started))
             if waiting.any_due:
                 self._serve_waiters(replies)
 
-    def _apply_request(self, work: Work, request: Request, replies: list[_Reply]) -> None:
-        connection, op, args = work.connection, request.op, request.args
+    def _answer_of(self, connection: Requester, request: Request, started: float,
+                   replies: list[Reply]) -> Answer | None:
+        """Apply one request; -> its answer, or None when it is answered later (a waiting
+        receive, long work). The answers of waits it ends go to ``replies``."""
+        op, args = request.op, request.args
         answer: Answer
         try:
             operation = check_request(op, args)
-            caller = self.caller_of(connection)
+            caller = self.caller_of(connection) if self.auth_required else None
             queue = args.get("queue")
             if op == "receive":
-                received = self._receive(connection, request, caller, work.started)
+                received = self._receive(connection, request, caller, started)
                 if received is None:
-                    return  # waiting
+                    return None  # waiting
                 answer = received
             elif op == "ping":
                 answer = MapAnswer({"time": self.clock()})
@@ -457,10 +501,10 @@ class GroupApplier:
                 result = apply_operation(operation, self.engine, args, caller, request.id,
                                          self.max_frame_bytes)
                 if isinstance(result, Continuation):  # long work: its next chunks come later
-                    self.long_work.start(connection, request.id, op, work.started, result)
+                    self.long_work.start(connection, request.id, op, started, result)
                     if self._applier_idle and self._inbox_send is not None:
                         self.try_enqueue(self._inbox_send, TICK)  # wake it for them
-                    return
+                    return None
                 answer = result
                 if op in ("delete_queue", "delete_tag") and not isinstance(answer, LaminaError):
                     self._end_waits_on_deleted(op, args, replies)
@@ -473,7 +517,7 @@ class GroupApplier:
             # a client cannot grow the tally with names of its own (metrics.count_traffic).
             if type(queue) is str and not isinstance(answer, LaminaError):
                 self.metrics.count_traffic(queue)
-        replies.append(_Reply(connection, request.id, answer, op, work.started))
+        return answer
 
     # -- receives and waiters ------------------------------------------------------------------
 
@@ -502,7 +546,7 @@ class GroupApplier:
         """The queue's ``polling_wait`` (the default ``wait``)."""
         return self.engine.queue_attributes(queue)["polling_wait"]
 
-    def _serve_waiters(self, replies: list[_Reply]) -> None:
+    def _serve_waiters(self, replies: list[Reply]) -> None:
         """Waiters rule 2: retry the waiters of due tags, oldest first, until one finds
         nothing (a bounded number of rounds: a retry may itself mark a tag due)."""
         max_frame = self.max_frame_bytes
@@ -524,16 +568,16 @@ class GroupApplier:
                         break
                     self._claim(waiter, answer, replies)
 
-    def _claim(self, waiter: Waiter, answer: Answer, replies: list[_Reply]) -> None:
+    def _claim(self, waiter: Waiter, answer: Answer, replies: list[Reply]) -> None:
         self.waiting.remove(waiter)
         waiter.claimed = True
         waiter.owner.forget_wait(waiter)
         # Every waiter's owner is the Requester of its receive (``_receive``).
-        replies.append(_Reply(cast(Requester, waiter.owner), waiter.request_id, answer,
+        replies.append(Reply(cast(Requester, waiter.owner), waiter.request_id, answer,
                               "receive", waiter.op_started))
 
     def _end_waits_on_deleted(self, op: str, args: dict[str, Any],
-                              replies: list[_Reply]) -> None:
+                              replies: list[Reply]) -> None:
         """DESIGN §2: delete_queue / delete_tag end their waits with QueueNotFound /
         TagNotFound."""
         queue = args["queue"]
@@ -545,9 +589,3 @@ class GroupApplier:
             error = TagNotFound(f"tag: {args['tag']!r} was deleted", field="tag")
         for waiter in waiters:
             self._claim(waiter, error, replies)
-
-
-def _weight(item: Any) -> tuple[int, int]:
-    if type(item) is Work:
-        return len(item.requests), item.nbytes
-    return 1, 0

@@ -8,7 +8,9 @@
 The answers' side, with the unsent cap and the writer task, is ``outbox.py``.
 
 On plain TCP the reader reads the socket's fd itself and the answers of a small request are
-written before the reader waits again: one task step per request (see ``_read_socket``).
+written before the reader waits again: one task step per request (see ``_read_socket``). A
+read holding a few requests after auth (the usual read of a client awaiting its answers) is
+applied and answered in one synchronous call (``_answered_now``): no Work, no coroutine.
 
 Rules of a connection (each one lives in this file):
 
@@ -80,9 +82,10 @@ class Connection:
     """State and tasks of one client connection (rules 1-7 in the module docstring)."""
 
     def __init__(self, applier: Applier, limits: ConnectionLimits, stream: trio.abc.Stream,
-                 peer: str, *, budget: MemoryBudget, on_read: Callable[[], None]) -> None:
+                 peer: str, *, budget: MemoryBudget,
+                 on_read: Callable[[], None] | None) -> None:
         """``applier`` applies this connection's requests; ``budget`` is the server's memory
-        budget (budget.py); ``on_read`` is called when bytes came (busy polling)."""
+        budget (budget.py); ``on_read`` is called when bytes came (busy polling; None: off)."""
         self.applier = applier
         self.limits = limits
         self.stream = stream
@@ -105,7 +108,7 @@ class Connection:
         self._resume: trio.Event | None = None
         self._all_answered: trio.Event | None = None
         self._read_scope: trio.CancelScope | None = None
-        self._last_read = 0.0  # trio clock, plain TCP only (rule 5)
+        self._last_read = 0.0  # time.perf_counter(), plain TCP only (rule 5)
         self._authenticated = trio.Event()
         # Made here, not in its task: _finish may cancel it before that task first runs.
         self._auth_scope = trio.CancelScope()
@@ -280,9 +283,11 @@ class Connection:
                 continue
             if not data:
                 return
-            self._on_read()
+            if self._on_read is not None:
+                self._on_read()
             # A TLS stream may give a bytearray: the decoder reads any bytes-like.
-            await self._handle(proto.receive_data(cast(bytes, data)), inbox, len(data))
+            await self._handle(proto.receive_data(cast(bytes, data)), inbox, len(data),
+                               time.perf_counter())
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
@@ -298,10 +303,12 @@ class Connection:
         everything done with bytes already read is shielded.
         """
         idle_s = self.limits.idle_timeout_s
-        self._last_read = trio.current_time()
+        self._last_read = time.perf_counter()
         while not (self._stop_reading or self._closing):
             now = trio.current_time()
-            deadline = self._last_read + idle_s
+            # _last_read is read from time.perf_counter (one clock read a request serves it and
+            # the request's start); the scope's deadline is on trio's clock.
+            deadline = self._last_read + (now - time.perf_counter()) + idle_s
             with trio.CancelScope(deadline=deadline if deadline > now else now + idle_s
                                   ) as scope:
                 self._read_scope = scope
@@ -311,7 +318,7 @@ class Connection:
             self._read_scope = None
             if not scope.cancelled_caught or self._stop_reading:
                 return  # EOF, a protocol error, a failed auth, or shutdown
-            if (trio.current_time() - self._last_read >= idle_s
+            if (time.perf_counter() - self._last_read >= idle_s
                     and self.proto.outstanding_count == 0):
                 self._log_idle()
                 return
@@ -323,10 +330,14 @@ class Connection:
         assert fd is not None
         proto = self.proto
         read = os.read
+        clock = time.perf_counter
         wait_readable = trio.lowlevel.wait_readable
+        on_read = self._on_read
         drained = False  # the last read emptied the socket: wait before reading again
+        outbox, max_inflight = self.outbox, self.limits.max_inflight
         while not (self._stop_reading or self._closing):
-            if not self._may_read():
+            if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
+                    or proto.outstanding_count >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
@@ -341,14 +352,18 @@ class Connection:
                 data = b""
             if not data:
                 return
-            self._last_read = trio.current_time()
-            self._on_read()
+            self._last_read = now = clock()
+            if on_read is not None:
+                on_read()
             drained = len(data) < RECEIVE_CHUNK_BYTES
-            await self._handle(proto.receive_data(data), inbox, len(data))
+            events = proto.receive_data(data)
+            if not (events and self._answered_now(events, now)):
+                await self._handle(events, inbox, len(data), now)
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
-            self._track_input()
+            if self._input_granted or proto.buffering:
+                self._track_input()
             if not drained:
                 await trio.lowlevel.checkpoint()  # more bytes are waiting: let others run
 
@@ -395,8 +410,37 @@ class Connection:
                 return requests
             events = proto.receive_data(b"")
 
+    def _answered_now(self, events: list[Any], started: float) -> bool:
+        """The usual read of a client awaiting its answers: a few requests after auth, applied
+        and answered now (``Applier.apply_requests_now``) with no Work and no task switch.
+        False: not such a read, or the applier is busy (nothing is reserved then)."""
+        if self.proto.pre_auth:
+            return False
+        if len(events) == 1:  # the commonest: one request
+            request = events[0]
+            if type(request) is Request and request.op not in BOUNDED_ANSWER_OPS:
+                return self.applier.apply_requests_now(self, events, started)
+        elif len(events) > REQUEST_SLICE:
+            return False
+        bounded = False
+        for request in events:
+            if type(request) is not Request:
+                return False
+            if request.op in BOUNDED_ANSWER_OPS:
+                bounded = True
+        if not bounded:
+            return self.applier.apply_requests_now(self, events, started)
+        # rule 3, as in _handle
+        if not self.outbox.reserve_all(events, self.limits.max_frame_bytes):
+            return False
+        if self.applier.apply_requests_now(self, events, started):
+            return True
+        for request in events:
+            self.outbox.release(request.id)
+        return False
+
     async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],
-                      nbytes: int) -> None:
+                      nbytes: int, started: float) -> None:
         """Hand the requests of one read to the engine: in place when the server allows it
         (``Applier.apply_now``), else through the inbox. Waits are shielded: these requests
         were read, so they are applied and answered even if reading is cancelled."""
@@ -406,7 +450,7 @@ class Connection:
         applier = self.applier
         if len(requests) <= REQUEST_SLICE and self.outbox.reserve_all(
                 requests, self.limits.max_frame_bytes):
-            work = Work(self, requests, nbytes, time.perf_counter())
+            work = Work(self, requests, nbytes, started)
             if not (applier.apply_now(work) or applier.try_enqueue(inbox, work)):
                 with trio.CancelScope(shield=True):
                     await applier.enqueue(inbox, work)
@@ -490,12 +534,27 @@ class Connection:
         """Encode and queue the answer to ``request_id`` (never blocks; rule 3)."""
         frame = self.encode_answer(request_id, answer)
         if frame is not None:
-            self.send_frames([frame])
+            self.outbox.queue_frame(frame)
+            if self._all_answered is not None or self._resume is not None:
+                self._answers_sent()
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        """Queue answer frames from :meth:`encode_answer`, in order (outbox.py)."""
+        self.outbox.send_frames(frames)
+        self._answers_sent()
+
+    def _answers_sent(self) -> None:
+        if self._all_answered is not None and self.proto.outstanding_count == 0:
+            self._all_answered.set()
+        if self._resume is not None:
+            self._resume.set()
 
     def encode_answer(self, request_id: int, answer: Answer) -> bytes | None:
         """The frame answering ``request_id`` (no longer outstanding once this returns); queue
         it with :meth:`send_frames`. None if ``request_id`` is not awaiting an answer."""
-        self.outbox.release(request_id)  # the frame's own size counts once queued
+        outbox = self.outbox
+        if outbox.reserved_bytes:
+            outbox.release(request_id)  # the frame's own size counts once queued
         proto = self.proto
         try:
             return proto.respond_answer(request_id, answer)
@@ -505,14 +564,6 @@ class Connection:
         except Exception as exc:  # our misuse of the codec, or a result cbor2 cannot encode
             return proto.respond_error(
                 request_id, internal_error(f"encoding the answer to request {request_id}", exc))
-
-    def send_frames(self, frames: list[bytes]) -> None:
-        """Queue answer frames from :meth:`encode_answer`, in order (outbox.py)."""
-        self.outbox.send_frames(frames)
-        if self._all_answered is not None and self.proto.outstanding_count == 0:
-            self._all_answered.set()
-        if self._resume is not None:
-            self._resume.set()
 
     def _died(self) -> None:
         self.outbox.dead = True

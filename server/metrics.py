@@ -147,20 +147,40 @@ class ServerMetrics:
 
     def observe(self, op: str, outcome: str, seconds: float) -> None:
         """One answered request."""
-        key = (op, outcome)
-        counts = self.request_counts
         try:
-            counts[key] += 1
+            self.request_counts[op, outcome] += 1
             histogram = self.latency[op]
         except KeyError:  # a new series (or a request of an unknown op)
-            if op not in OPERATIONS:
-                op = "unknown"  # a peer must not be able to create series at will
-                key = (op, outcome)
-            counts[key] = counts.get(key, 0) + 1
-            histogram = self.latency.get(op) or self.latency.setdefault(
-                op, _Histogram(_LATENCY_BUCKETS))
-        histogram.counts[bisect_left(histogram.bounds, seconds)] += 1
+            histogram = self._new_series(op, outcome)
+        histogram.counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
         histogram.total += seconds
+
+    def observe_alone(self, op: str, outcome: str, seconds: float) -> None:
+        """One request applied as a group of its own (a client awaiting each answer):
+        :meth:`observe` and :meth:`observe_group` at once, the group's time counted, like the
+        request's, from its read."""
+        index = bisect_left(_LATENCY_BUCKETS, seconds)
+        try:
+            self.request_counts[op, outcome] += 1
+            histogram = self.latency[op]
+        except KeyError:
+            histogram = self._new_series(op, outcome)
+        histogram.counts[index] += 1
+        histogram.total += seconds
+        group = self.group_seconds
+        group.counts[index] += 1
+        group.total += seconds
+        group = self.group_requests
+        group.counts[0] += 1  # its bounds begin at 1
+        group.total += 1
+
+    def _new_series(self, op: str, outcome: str) -> _Histogram:
+        """Count one request of a new (op, outcome); -> the latency histogram of ``op``."""
+        if op not in OPERATIONS:
+            op = "unknown"  # a peer must not be able to create series at will
+        key = (op, outcome)
+        self.request_counts[key] = self.request_counts.get(key, 0) + 1
+        return self.latency.get(op) or self.latency.setdefault(op, _Histogram(_LATENCY_BUCKETS))
 
     def count_traffic(self, queue: str) -> None:
         """One request on ``queue`` (an existing queue the caller may use)."""

@@ -69,6 +69,11 @@ class Applier(Protocol):
         """Apply ``work`` in the calling task if nothing is queued before it (-> False:
         queue it)."""
 
+    def apply_requests_now(self, requester: Requester, requests: list[Request],
+                           started: float) -> bool:
+        """``apply_now`` of ``Work(requester, requests, _, started)``, the requests of one
+        read, answered at once when nothing else is due."""
+
     def try_enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> bool:
         """Queue ``item`` unless the inbox is full (-> False)."""
 

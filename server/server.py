@@ -47,7 +47,10 @@ Rules:
    group's). Nothing else can run meanwhile, so rules 1-4 and 7 hold unchanged; it saves the
    task switches through the inbox, which cost more than a small request's engine call. Every
    send to the inbox goes through ``try_enqueue`` / ``enqueue``, which end the applier's
-   idleness at once, so nothing applied in place overtakes an item already queued.
+   idleness at once, so nothing applied in place overtakes an item already queued. The
+   requests of one read (``apply_requests_now``: a client awaiting its answers) are that group
+   by themselves, applied and answered without a Work or a group's bookkeeping unless more is
+   to do (the syncer, waiters, due deadlines): then it is a group like any other.
 7. Group commit (``--fsync``): applied groups wait for the syncer. When it runs it first lets
    the readers with requests ready apply them (SYNC_GATHER_CHECKPOINTS), then syncs the WAL
    once for all those groups and answers them in the order they were applied. The sync runs
@@ -308,7 +311,8 @@ class Server:
                 with trio.fail_after(self.config.auth_timeout_s):
                     await wrapped.do_handshake()
             connection = Connection(self.applier, self.limits, wrapped, peer,
-                                    budget=self.budget, on_read=self.busy_poll.kick)
+                                    budget=self.budget, on_read=self.busy_poll.kick
+                                    if self.busy_poll.window_s else None)
             self.connections.add(connection)
             self.metrics.connections.inc()
             self.metrics.accepted.inc()

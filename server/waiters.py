@@ -73,6 +73,8 @@ class WaitingReceives:
         self._tags_of_queue: dict[str, set[str]] = {}
         self._due: set[TagKey] = set()
         self._due_queues: set[str] = set()
+        #: Some tag with waiters is due (rule 2): the applier serves it in this group.
+        self.any_due = False
         self._live = 0
         #: Rule 5: (deadline, tie-breaker, waiter), earliest first.
         self._deadlines: list[tuple[float, int, Waiter]] = []
@@ -124,10 +126,8 @@ class WaitingReceives:
             self._due_queues.add(queue)
         else:
             self._due.add((queue, tag.lower()))
+        self.any_due = True
 
-    @property
-    def any_due(self) -> bool:
-        return bool(self._due or self._due_queues)
 
     def take_due(self) -> list[TagKey]:
         """The due tags that have waiters, in a stable order; clears the marks."""
@@ -136,6 +136,7 @@ class WaitingReceives:
             due.update((queue, tag) for tag in self._tags_of_queue.get(queue, ()))
         self._due.clear()
         self._due_queues.clear()
+        self.any_due = False
         return sorted(key for key in due if key in self._by_tag)
 
     def waiting_on(self, key: TagKey) -> list[Waiter]:

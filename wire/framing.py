@@ -138,6 +138,20 @@ class FrameReader:
             pending += FRAME_HEADER_BYTES + len(self._body)
         return pending
 
+    def whole_frame(self, data: bytes) -> bytes | None:
+        """The body of ``data`` if nothing is pending and ``data`` is exactly one frame of an
+        acceptable length (the usual read of a peer awaiting each answer), taken without
+        buffering; else None, and ``data`` is not taken: :meth:`feed` it."""
+        if (type(data) is not bytes or self._start < len(self._buffer)
+                or self._collecting is not None
+                or self._body is not None or self._failure is not None
+                or len(data) <= FRAME_HEADER_BYTES):
+            return None
+        (length,) = _HEADER.unpack_from(data)
+        if length != len(data) - FRAME_HEADER_BYTES or length > self._max_frame_bytes:
+            return None
+        return data[FRAME_HEADER_BYTES:]
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. Cheap: parsing happens in :meth:`next_frame`."""
         if self._failure is not None:

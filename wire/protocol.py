@@ -99,6 +99,7 @@ from .splicing import (
     encode_entries_response,
     encode_peek_response,
     encode_receive_response,
+    encode_response,
     encode_send_response,
     peek_entry_size,
     peek_response_overhead,
@@ -155,11 +156,6 @@ def encode_message(item: Any) -> bytes:
     """One frame holding ``item`` encoded by cbor2."""
     body = cbor2.dumps(item)
     return encode_frame_header(len(body)) + body
-
-
-def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
-    """``[id, null, result]``."""
-    return encode_message([request_id, None, result])
 
 
 def encode_error_response(request_id: int, error: LaminaError | Mapping[str, Any]) -> bytes:
@@ -256,6 +252,8 @@ class ServerConnection:
         self._greeted = False
         self._closed = False
         self._protocol_error: ProtocolError | None = None
+        #: Part of a frame is buffered (the last :meth:`receive_data` left bytes unparsed).
+        self.buffering = False
 
     # -- state -----------------------------------------------------------------------------
 
@@ -306,17 +304,28 @@ class ServerConnection:
         """
         if self._protocol_error is not None or self._closed:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
-        self._frames.feed(data)
+        if not (self._pre_auth and self._outstanding):  # not reading_paused (rule 4)
+            body = self._frames.whole_frame(data)
+            if body is not None:  # the usual read: one whole frame, nothing buffered
+                self.buffering = False
+                try:
+                    return [self._parse_request(body)]
+                except ProtocolError as exc:
+                    self._protocol_error = exc
+                    return [ProtocolViolation(exc)]
+        frames = self._frames
+        frames.feed(data)
         events: list[ServerEvent] = []
         try:
             while not self.reading_paused:
-                body = self._frames.next_frame()
+                body = frames.next_frame()
                 if body is None:
                     break
                 events.append(self._parse_request(body))
         except ProtocolError as exc:
             self._protocol_error = exc
             events.append(ProtocolViolation(exc))
+        self.buffering = frames.buffered_bytes > 0
         return events
 
     def _parse_request(self, body: bytes) -> Request | RejectedRequest:
@@ -397,7 +406,7 @@ class ServerConnection:
         """Answer ``request_id`` with what the server's op produced: a result map, entries,
         deliveries or a peek page to splice, or the LaminaError that failed the request."""
         if type(answer) is MapAnswer:
-            return self.respond(request_id, answer.result)
+            return self._answer(request_id, encode_response(request_id, answer.result))
         if type(answer) is SendAnswer:
             return self.respond_send(request_id, answer.results)
         if type(answer) is ReceiveAnswer:
@@ -411,7 +420,8 @@ class ServerConnection:
         raise TypeError(f"not an answer: {type(answer).__name__}")
 
     def _answer(self, request_id: int, frame: bytes) -> bytes:
-        self._check_can_send()
+        if self._closed or not self._greeted:
+            self._check_can_send()  # raises
         if request_id not in self._outstanding:
             raise UnknownRequestId(f"request {request_id} is not awaiting an answer")
         if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:

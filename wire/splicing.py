@@ -25,7 +25,7 @@ from .framing import encode_frame_header, encode_int, head_size, int_size
 __all__ = [
     "PEEK_STATES", "DeliveryFrame", "PeekEntry", "PeekedFrame", "delivery_size",
     "encode_entries_response", "encode_peek_response", "encode_receive_response",
-    "encode_send_response", "peek_entry_size", "peek_response_overhead",
+    "encode_response", "encode_send_response", "peek_entry_size", "peek_response_overhead",
     "receive_response_overhead",
 ]
 
@@ -143,6 +143,29 @@ def encode_entries_response(request_id: int, results: list[LaminaError | None]) 
         parts.extend(_NULL if entry is None else cbor2.dumps(entry.to_wire())
                      for entry in results)
     return _frame_of_parts(parts)
+
+
+def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
+    """The frame ``[id, null, result]``, byte-identical to cbor2.dumps of it without building
+    the array (every ping and most small answers)."""
+    tail = cbor2.dumps(result)
+    if request_id < 24:
+        head = _SMALL_ID_HEADS[request_id]
+    elif request_id < 0x100:
+        head = _U8_ID_HEAD.pack(0x83, 0x18, request_id, 0xF6)  # array(3), uint8, null
+    elif request_id < 0x10000:
+        head = _U16_ID_HEAD.pack(0x83, 0x19, request_id, 0xF6)  # array(3), uint16, null
+    else:
+        head = _ARRAY_OF_3 + encode_int(request_id) + _NULL
+    return b"".join((_FRAME_HEADER.pack(len(head) + len(tail)), head, tail))
+
+
+#: encode_frame_header without its range check (a map answer longer than 4 GiB fails the
+#: pack instead), and ``[id, null, `` by the size of the id's CBOR head.
+_FRAME_HEADER = struct.Struct(">I")
+_SMALL_ID_HEADS = tuple(_ARRAY_OF_3 + bytes((n,)) + _NULL for n in range(24))
+_U8_ID_HEAD = struct.Struct(">BBBB")
+_U16_ID_HEAD = struct.Struct(">BBHB")
 
 
 def _optional_int(value: int | None) -> bytes:

@@ -97,6 +97,34 @@ async def test_waiting_receive_never_holds_back_later_requests(tmp_path: Path) -
         assert order == [ping, send, waiting]  # answered out of order
 
 
+async def test_one_read_whose_requests_wait_wake_and_end_waits_is_applied_in_order(
+        tmp_path: Path) -> None:
+    # server.py rule 3 and 6: a read of several requests applied in place stays one group
+    # when one of them waits, wakes a waiter or ends waits; later requests still take effect
+    # after it, in order.
+    async with running_server(tmp_path) as server:
+        other = await RawConnection.open(server.port)
+        await other.call("create_queue", {"queue": "gone"})
+        ended = await other.send("receive", {"queue": "gone", "wait": 10})
+        connection = await RawConnection.open(server.port)
+        await connection.call("create_queue", {"queue": "q"})
+        await connection.send_bytes(
+            frame([101, "receive", {"queue": "q", "wait": 10}])  # waits
+            + frame([102, "ping", {}])
+            + frame([103, "delete_queue", {"queue": "gone"}])  # ends the other's wait
+            + frame([104, "send", {"queue": "q", "messages": [b"one"]}])  # wakes 101
+            + frame([105, "receive", {"queue": "q", "wait": 0}]))  # after the waiter
+        answers = {}
+        with trio.fail_after(10):
+            for _ in range(5):
+                event = await connection.next_event()
+                answers[event.id] = event
+        assert [m[0][1] for m in answers[101].result["messages"]] == [b"one"]
+        assert answers[102].error is None and answers[103].error is None
+        assert answers[104].error is None and answers[105].result["messages"] == []
+        assert (await other.response(ended)).error["code"] == "QueueNotFound"
+
+
 async def test_long_polls_answer_out_of_order_across_queues(tmp_path: Path) -> None:
     async with running_server(tmp_path) as server:
         connection = await RawConnection.open(server.port)

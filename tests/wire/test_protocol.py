@@ -408,6 +408,26 @@ def test_success_response_echoes_id_with_null_error() -> None:
     assert unframe(conn.respond(12, {"time": 1700000000000})) == [12, None, {"time": 1700000000000}]
 
 
+@given(st.integers(min_value=0, max_value=2**63 - 1),
+       st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=8) | st.none(),
+                       max_size=4))
+def test_success_response_is_the_cbor_of_its_array_byte_for_byte(request_id: int,
+                                                                  result: dict[str, Any]
+                                                                  ) -> None:
+    assert protocol.encode_response(request_id, result) == frame(
+        cbor2.dumps([request_id, None, result]))
+
+
+def test_a_read_of_one_whole_frame_leaves_nothing_buffered_and_a_partial_one_does() -> None:
+    conn = greeted_server()
+    assert conn.receive_data(request(1)) == [Request(1, "ping", {})]
+    assert not conn.buffering
+    second = request(2)
+    assert conn.receive_data(second[:3]) == [] and conn.buffering
+    assert conn.receive_data(second[3:]) == [Request(2, "ping", {})]
+    assert not conn.buffering
+
+
 def test_error_response_carries_code_message_and_details() -> None:
     conn = greeted_server()
     conn.receive_data(request(3) + request(4))
