@@ -134,18 +134,21 @@ class Bridge:
         """Apply one binary-protocol op; -> its answer (a LaminaError is raised)."""
         request_id = next(self._ids)
         pending = _Pending()
-        work = Work(self, [Request(request_id, op, args)], nbytes, time.perf_counter())
+        request = Request(request_id, op, args)
+        started = time.perf_counter()
         applier = self.applier
         self._enter()
         try:
             self._pending[request_id] = pending
             # Applied in place and answered already (no fsync to wait for): no wait, no
             # checkpoint. Otherwise, once handed over, a request is applied and answered.
-            applied = applier.apply_now(work)
+            applied = applier.apply_requests_now(self, [request], started)
             if pending.answer is None:
                 with trio.CancelScope(shield=True):
-                    if not (applied or applier.try_enqueue(self._inbox, work)):
-                        await applier.enqueue(self._inbox, work)
+                    if not applied:
+                        work = Work(self, [request], nbytes, started)
+                        if not applier.try_enqueue(self._inbox, work):
+                            await applier.enqueue(self._inbox, work)
                     await pending.done.wait()
         finally:
             self._leave()
