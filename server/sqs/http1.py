@@ -5,7 +5,8 @@ Rules:
 
 1. Bytes go in with :meth:`RequestParser.feed`; whole requests come out of
    :meth:`RequestParser.next_request`, in order (a pipelining client's requests wait their turn
-   in the parser: the caller reads no more bytes while one is waiting).
+   in the parser: the caller reads no more bytes while one is waiting). A request refused
+   behind whole ones is refused once they are taken, so they are answered first.
 2. A request head (target and headers) is at most ``max_header_bytes`` (answer 431); a body
    is at most ``max_body_bytes`` by its ``Content-Length`` or, chunked, as it arrives (413).
    Bytes of an unfinished head are bounded too: llhttp holds a partial header line itself.
@@ -50,6 +51,8 @@ class HttpRequest:
     body: bytes
     #: The client keeps the connection for another request (HTTP/1.1 by default).
     keep_alive: bool
+    #: It asks for another protocol (refused, rule 3).
+    upgrade: bool = False
 
 
 class RequestParser:
@@ -71,17 +74,29 @@ class RequestParser:
         self._chunks: list[bytes] = []
         self._body_bytes = 0
         self._expects_continue = False
-        self._error: HttpError | None = None
+        self._error: HttpError | None = None  # raised by a callback
+        self._refused: HttpError | None = None  # held behind whole requests (feed)
 
     # -- rule 1 --------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
-        """Parse ``data``; raises :class:`HttpError` (rules 2, 3)."""
+        """Parse ``data``; raises :class:`HttpError` (rules 2, 3), or, when requests before
+        the refused one came whole, lets :meth:`next_request` raise it after them."""
+        try:
+            self._feed(data)
+        except HttpError as exc:
+            if not self._ready:
+                raise
+            self._refused = exc
+
+    def _feed(self, data: bytes) -> None:
         head_pending = self.in_request and not self._head_done
         begun = self._begun
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
+            if self._ready and self._ready[-1].upgrade:
+                self._ready.pop()  # llhttp completes the upgrade request, then stops
             raise HttpError(400, "Protocol upgrades are not served here.") from None
         except httptools.HttpParserCallbackError:
             if self._error is not None:
@@ -97,11 +112,13 @@ class RequestParser:
                 raise HttpError(431, self._head_too_large())
 
     def next_request(self) -> HttpRequest | None:
-        return self._ready.popleft() if self._ready else None
-
-    @property
-    def has_request(self) -> bool:
-        return bool(self._ready)
+        """The next whole request (None: more bytes are needed); raises the
+        :class:`HttpError` of a refused request once those before it are taken."""
+        if self._ready:
+            return self._ready.popleft()
+        if self._refused is not None:
+            raise self._refused
+        return None
 
     # -- rule 4 --------------------------------------------------------------------------------
 
@@ -157,7 +174,7 @@ class RequestParser:
         self._ready.append(HttpRequest(
             parser.get_method().decode("ascii", "replace"), self._target.decode("latin-1"),
             self._headers, chunks[0] if len(chunks) == 1 else b"".join(chunks),
-            parser.should_keep_alive()))
+            parser.should_keep_alive(), parser.should_upgrade()))
         self.in_request = False
         self._expects_continue = False
         self._chunks = []

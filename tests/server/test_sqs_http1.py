@@ -149,3 +149,13 @@ def test_an_answer_has_its_length_and_says_when_the_connection_closes() -> None:
 def test_the_answer_to_a_head_request_has_no_body() -> None:
     answer = render_response(400, [], b"refused", close=False, head_only=True)
     assert answer.endswith(b"Content-Length: 7\r\n\r\n")
+
+
+def test_a_request_refused_behind_whole_ones_is_refused_after_they_are_taken() -> None:
+    requests = parser()
+    requests.feed(post(b"first") + b"\x00 not http\r\n\r\n")
+    first = requests.next_request()
+    assert first is not None and first.body == b"first"
+    with pytest.raises(HttpError) as caught:
+        requests.next_request()
+    assert caught.value.status == 400

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import http.client
+import re
 import socket
 import time
 from pathlib import Path
@@ -260,3 +261,24 @@ def test_a_client_that_takes_no_answer_is_disconnected_after_the_idle_timeout(
             while connections:
                 assert time.monotonic() < deadline, "still connected after the idle timeout"
                 time.sleep(0.05)
+
+
+def test_pipelined_requests_are_answered_in_order_before_a_malformed_one_is_refused(
+        tmp_path: Path) -> None:
+    with sqs_server(tmp_path / "data") as running:
+        with socket.create_connection(("127.0.0.1", running.server.sqs_port),
+                                      timeout=10) as raw:
+            body = b"Action=ListQueues"
+            request = (b"POST / HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Type: application/x-www-form-urlencoded\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            raw.sendall(request + request + b"\x00 not http\r\n\r\n")
+            answers = b""
+            while True:
+                chunk = raw.recv(65536)
+                if not chunk:
+                    break
+                answers += chunk
+            statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answers)
+            assert statuses == [b"200", b"200", b"400"]
+            assert answers.count(b"</ListQueuesResponse>") == 2
