@@ -287,9 +287,11 @@ class _Wire:
                 raise trio.BrokenResourceError from exc
             if written == len(data):
                 return
-            data = data[written:]
+            rest: bytes | memoryview = memoryview(data)[written:]  # no copy of a large answer
+        else:
+            rest = data
         with trio.fail_after(self.idle_s):  # TooSlowError ends the connection
-            await self.stream.send_all(data)
+            await self.stream.send_all(rest)
 
 
 def _too_large(message: str, status: int) -> Response:

@@ -109,7 +109,7 @@ class RequestParser:
             # the reads since the one the request began in, plus that one.
             self._fed_in_head += len(data)
             if self._fed_in_head > self.max_header_bytes:
-                raise HttpError(431, self._head_too_large())
+                raise self._too_large(431, "headers")
 
     def next_request(self) -> HttpRequest | None:
         """The next whole request (None: more bytes are needed); raises the
@@ -187,12 +187,13 @@ class RequestParser:
             self._fail(431, "headers")
 
     def _fail(self, status: int, what: str) -> None:
-        limit = self.max_body_bytes if what == "body" else self.max_header_bytes
-        self._error = HttpError(status, f"The request {what} is larger than {limit} bytes.")
+        """From a callback: llhttp stops, and ``feed`` raises this error (not llhttp's)."""
+        self._error = self._too_large(status, what)
         raise self._error
 
-    def _head_too_large(self) -> str:
-        return f"The request headers are larger than {self.max_header_bytes} bytes."
+    def _too_large(self, status: int, what: str) -> HttpError:
+        limit = self.max_body_bytes if what == "body" else self.max_header_bytes
+        return HttpError(status, f"The request {what} is larger than {limit} bytes.")
 
 
 def render_response(status: int, headers: list[tuple[str, str]], body: bytes, *,
