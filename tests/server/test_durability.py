@@ -16,7 +16,8 @@ import trio
 from lamina.engine import Engine
 from lamina.engine.results import Sent
 from lamina.client import AsyncClient, Client, LaminaConnectionError
-from tests.support.servers import RawConnection, assert_nothing_acknowledged_lost, running_server
+from tests.support.servers import (RawConnection, assert_nothing_acknowledged_lost,
+                                   kill_under_load, running_server)
 
 
 async def test_group_commit_syncs_once_per_group_before_answering(tmp_path: Path) -> None:
@@ -127,16 +128,7 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, spawned: A
         except LaminaConnectionError:
             pass
 
-    workers = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
-    workers += [threading.Thread(target=consumer) for _ in range(2)]
-    for worker in workers:
-        worker.start()
-    time.sleep(1.5)
-    process.signal(signal.SIGKILL)
-    process.wait()
-    stop.set()
-    for worker in workers:
-        worker.join(10)
+    kill_under_load(process, producer, consumer, stop, load_s=1.5, join_s=10)
     assert len(acked_sent) > 100 and len(acked_deleted) > 10
 
     restarted = spawned(data=tmp_path / "data")

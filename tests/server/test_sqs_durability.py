@@ -4,16 +4,14 @@ brings back no acknowledged delete; a FIFO queue's deduplication outlives the re
 
 from __future__ import annotations
 
-import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tests.support.servers import assert_nothing_acknowledged_lost
+from tests.support.servers import assert_nothing_acknowledged_lost, kill_under_load
 from tests.support.sqs import sqs_client
 
 
@@ -73,16 +71,7 @@ def test_kill_9_under_sqs_load_loses_nothing_acknowledged(tmp_path: Path,
         except (BotoCoreError, ClientError):
             pass
 
-    workers = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
-    workers += [threading.Thread(target=consumer) for _ in range(2)]
-    for worker in workers:
-        worker.start()
-    time.sleep(2.0)
-    process.signal(signal.SIGKILL)
-    process.wait()
-    stop.set()
-    for worker in workers:
-        worker.join(15)
+    kill_under_load(process, producer, consumer, stop, load_s=2.0, join_s=15)
     assert len(acked_sent) > 50 and len(acked_deleted) > 10
 
     restarted = spawned("--sqs-port", "0", data=tmp_path / "data")

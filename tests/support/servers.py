@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
 import threading
+import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import trio
 
@@ -258,6 +260,23 @@ class RawConnection:
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
+
+
+def kill_under_load(process: ServerProcess, producer: Callable[[int], None],
+                    consumer: Callable[[], None], stop: threading.Event,
+                    load_s: float, join_s: float) -> None:
+    """Two producers (given their number) and two consumers on threads for ``load_s``, then a
+    kill -9 of ``process``; ``stop`` tells the workers to end, each joined within ``join_s``."""
+    workers = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
+    workers += [threading.Thread(target=consumer) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    time.sleep(load_s)
+    process.signal(signal.SIGKILL)
+    process.wait()
+    stop.set()
+    for worker in workers:
+        worker.join(join_s)
 
 
 def assert_nothing_acknowledged_lost(port: int, queue: str, acked_sent: set[str],
