@@ -31,9 +31,10 @@ import subprocess
 import tempfile
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .loadgen import BenchError, SeriesFigures, first_start, summarize
 from .workers import share
@@ -297,17 +298,32 @@ def _new(name: str, endpoint: Endpoint, **used: Any) -> WorkloadResult:
                           False)
 
 
+@contextmanager
+def _queue(endpoint: Endpoint, kind: str, fifo: bool = False) -> Iterator[str]:
+    """A fresh queue for one run (its URL), deleted after it."""
+    op: dict[str, Any] = {"op": "create", "name": _queue_name(kind, fifo=fifo)}
+    if fifo:
+        op["fifo"] = True
+    try:
+        url = admin(endpoint, [op])[0]
+    except SqsUnsupported as exc:
+        if not fifo:
+            raise
+        raise SqsUnsupported(f"{endpoint.name} has no FIFO queues ({exc})") from None
+    try:
+        yield url
+    finally:
+        admin(endpoint, [{"op": "delete", "url": url}])
+
+
 def run_send(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
     messages = params.messages or 20_000
     result = _new("sqs-send", endpoint, processes=params.processes, messages=messages,
                   batch=_SQS_BATCH, body_bytes=params.body_bytes)
-    url = admin(endpoint, [{"op": "create", "name": _queue_name("send")}])[0]
-    try:
+    with _queue(endpoint, "send") as url:
         run = run_clients(endpoint, _senders(url, messages, params), params)
         _phase(result, "send", summarize("send", run.samples["send"]), run)
         _check_left(endpoint, url, messages, result, "after the sends")
-    finally:
-        admin(endpoint, [{"op": "delete", "url": url}])
     return result
 
 
@@ -315,8 +331,7 @@ def run_consume(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
     messages = params.messages or 20_000
     result = _new("sqs-consume", endpoint, processes=params.processes, messages=messages,
                   batch=_SQS_BATCH, wait_s=params.wait_s, body_bytes=params.body_bytes)
-    url = admin(endpoint, [{"op": "create", "name": _queue_name("consume")}])[0]
-    try:
+    with _queue(endpoint, "consume") as url:
         run_clients(endpoint, _senders(url, messages, params), params)  # the pre-fill
         run = run_clients(endpoint, _consumers(url, params), params)
         consume = summarize("receive+delete", run.samples["receive+delete"])
@@ -325,8 +340,6 @@ def run_consume(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
         if consume.messages != messages:
             result.notes.append(f"consumed {consume.messages} of {messages} messages")
         _check_left(endpoint, url, 0, result, "after the consumers")
-    finally:
-        admin(endpoint, [{"op": "delete", "url": url}])
     return result
 
 
@@ -334,15 +347,12 @@ def run_rounds(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
     rounds = params.messages or 2_000
     result = _new("sqs-rounds", endpoint, rounds=rounds, wait_s=params.wait_s,
                   body_bytes=params.body_bytes)
-    url = admin(endpoint, [{"op": "create", "name": _queue_name("rounds")}])[0]
-    try:
+    with _queue(endpoint, "rounds") as url:
         run = run_clients(endpoint, [{"kind": "rounds", "url": url, "rounds": rounds,
                                       "wait_s": params.wait_s,
                                       "body_bytes": params.body_bytes}], params)
         _phase(result, "round", summarize("round", run.samples["round"]), run)
         _requests(result, run, ("send", "receive", "delete"))
-    finally:
-        admin(endpoint, [{"op": "delete", "url": url}])
     return result
 
 
@@ -353,12 +363,7 @@ def run_fifo(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
     if params.groups < params.processes:
         raise BenchError(f"sqs-fifo: {params.groups} message groups for {params.processes} "
                          "producers: each producer needs a group of its own")
-    try:
-        url = admin(endpoint, [{"op": "create", "name": _queue_name("fifo", fifo=True),
-                                "fifo": True}])[0]
-    except SqsUnsupported as exc:
-        raise SqsUnsupported(f"{endpoint.name} has no FIFO queues ({exc})") from None
-    try:
+    with _queue(endpoint, "fifo", fifo=True) as url:
         sent = run_clients(endpoint, _senders(url, messages, params, groups=params.groups,
                                               tag=uuid.uuid4().hex[:8]), params)
         received = run_clients(endpoint, _consumers(url, params, fifo=True), params)
@@ -372,8 +377,6 @@ def run_fifo(endpoint: Endpoint, params: SqsParams) -> WorkloadResult:
         if consume.messages != messages:
             result.notes.append(f"consumed {consume.messages} of {messages} messages")
         _check_left(endpoint, url, 0, result, "after the consumers")
-    finally:
-        admin(endpoint, [{"op": "delete", "url": url}])
     return result
 
 
