@@ -63,9 +63,9 @@ from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Schema versions this engine migrates on open (docs/STORAGE.md "Schema versions").
-MIGRATES_FROM = (1,)
+MIGRATES_FROM = (1, 2)
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
@@ -125,7 +125,9 @@ class EngineCore(StoreRecovery):
                                f"this Lamina reads {SCHEMA_VERSION}")
         if version is None or found != SCHEMA_VERSION:
             # Version 1 kept lease deadlines in a ``timers`` family as well; they are rebuilt
-            # from the lease rows now, so migrating is dropping that family.
+            # from the lease rows now, so migrating is dropping that family. Version 3 adds
+            # the ``leasebatches`` family (created empty by the open): version 2 rows are
+            # read as they are.
             store.drop_legacy_families()
             store.put(store.meta_h, keys.META_VERSION, keys.u32(SCHEMA_VERSION))
             store.flush()
@@ -164,7 +166,7 @@ class EngineCore(StoreRecovery):
         store = self._store
         t, waited_on = TagState.from_definition(tag_id, definition)
         t.decode_cursors(cast(bytes, store.tags[keys.tag_key(q.id, tag_id)]))
-        for seq, lease in lease_rows(store, q.id, tag_id):
+        for seq, lease in lease_rows(store, q.id, tag_id, q.gone_seq):
             if lease.state == ENDED_DELETED:
                 continue  # on disk only, for peek
             t.leases[seq] = lease
@@ -400,7 +402,8 @@ class EngineCore(StoreRecovery):
                 lease = leases.pop(seq, None)
                 if lease is None:
                     continue
-                store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
+                if lease.batch is None:  # a batch entry below gone_seq means nothing
+                    store.delete(store.leases_h, keys.lease_key(q.id, t.id, seq))
                 if lease.state == LEASED:
                     t.due_index.discard(lease.due_ms, seq)
             heads = t.head_heap
@@ -515,6 +518,7 @@ class EngineCore(StoreRecovery):
             elif lease.state == ENDED_DEAD:
                 heapq.heappush(t.dead_heap, seq)
         t.leases[seq] = lease
+        lease.batch = None  # its ``leases`` row overrides its batch entry (leasebatch.py)
         store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
         if old_due is not None and (lease.state != LEASED or old_due != lease.due_ms):
             t.due_index.discard(old_due, seq)

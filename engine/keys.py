@@ -26,6 +26,8 @@ Column families and their layouts::
     topics     queue:u32 | topic:u32 | seq:u64        -> enqueue_ms:u64 | visible_ms:u64
     tags       queue:u32 | tag:u32                    -> tag cursors (fixed struct)
     leases     queue:u32 | tag:u32 | seq:u64          -> lease (fixed struct)
+    leasebatches queue:u32 | tag:u32 | lane:u8 | last seq:u64 -> a receive's first leases in
+                                                      one lane (engine/leasebatch.py)
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _Q_S = struct.Struct(">IQ")
 _Q_T = struct.Struct(">II")
 _Q_T_S = struct.Struct(">IIQ")
 _Q_T_S_S = struct.Struct(">IQQ")
+_Q_T_L_S = struct.Struct(">IIBQ")
 
 U64_MAX = (1 << 64) - 1
 
@@ -260,8 +263,24 @@ def lease_key_decode(key: bytes) -> tuple[int, int, int]:
     return _Q_T_S.unpack(key)
 
 
+# -- lease batches: queue | tag | lane | last seq ---------------------------------------------------
+
+#: ``batch_key(queue, tag, lane, last_seq)``: a bound ``struct.pack`` (called per receive).
+batch_key = _Q_T_L_S.pack
+
+
+def batch_key_decode(key: bytes) -> tuple[int, int, int, int]:
+    """-> (queue, tag, lane, last seq)"""
+    return _Q_T_L_S.unpack(key)
+
+
+def batch_lane_bounds(queue: int, tag: int, lane: int, from_seq: int = 0) -> tuple[bytes, bytes]:
+    """Bounds of the batch rows of one lane whose last seq is at least ``from_seq``."""
+    return _Q_T_L_S.pack(queue, tag, lane, from_seq), _Q_T_L_S.pack(queue, tag, lane + 1, 0)
+
+
 def tag_scope_bounds(queue: int, tag: int) -> tuple[bytes, bytes]:
-    """Bounds of every ``queue | tag | ...`` key (leases, tag cursors)."""
+    """Bounds of every ``queue | tag | ...`` key (leases, lease batches, tag cursors)."""
     return _Q_T.pack(queue, tag), _Q_T.pack(queue, tag + 1)
 
 

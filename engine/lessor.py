@@ -10,6 +10,7 @@ from typing import Any
 from . import keys
 from .records import PREFIX, PREFIX_SIZE
 from .core import EngineCore
+from .leasebatch import LeaseBatch, encode_head
 from .results import Delivery, Peeked
 from .scope import in_scope, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
@@ -17,6 +18,7 @@ from .store import Store
 
 EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
 NEVER = 1 << 63  # a time after every deadline
+LEASED_STATES = bytes([LEASED])
 
 
 class Lessor:
@@ -197,7 +199,7 @@ class Lessor:
         out, count = self.out, self.count
         append, issue = out.append, self.issue
         qid, tid, due, now = q.id, t.id, self.due_ms, self.now
-        lease_key, lease_pack, leases_h = keys.lease_key, Lease.pack, store.leases_h
+        batch_key, batches_h = keys.batch_key, store.leasebatches_h
         row_heap, lease_heap, due_add = t.row_heap, t.lease_heap, t.due_index.add
         fresh = 0
         for lane in q.lanes_used:
@@ -215,6 +217,9 @@ class Lessor:
             # admitted without the general gate.
             plain_scope = t.filter is None
             in_line = not self.dry_run
+            batch: LeaseBatch | None = None  # this lane's first leases: one row (leasebatch.py)
+            seqs: list[int] = []
+            numbers: list[int] = []
             while valid() and len(out) < count and self.budget > 0:
                 value = value_of()
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
@@ -230,17 +235,24 @@ class Lessor:
                             number = t.lease_counter
                             t.lease_counter = number + 1
                             receipt = issue(qid, tid, lane, seq, number)
-                            leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt)
+                            if batch is None:
+                                batch = LeaseBatch(b"", b"", seqs, bytearray())
+                            leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
+                            seqs.append(seq)
+                            numbers.append(number)
                             heappush(row_heap, seq)
                             heappush(lease_heap, seq)
-                            batch_put(lease_key(qid, tid, seq),
-                                      lease_pack(LEASED, lane, due, 1, now, number), leases_h)
                             due_add(due, seq)
-                            fresh += 1
                             append(Delivery(value[PREFIX_SIZE:], receipt, 1, now, due))
                         else:
                             self._lease(seq, lane, value, None)
                 step()
+            if batch is not None:
+                batch.key = batch_key(qid, tid, lane, seqs[-1])
+                batch.head = encode_head(due, now, seqs, numbers)
+                batch.states = bytearray(LEASED_STATES * len(seqs))
+                batch_put(batch.key, batch.row(), batches_h)
+                fresh += 1
             if self.dry_run:
                 continue
             cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \

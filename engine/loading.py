@@ -7,11 +7,12 @@ dead-letter sources, parked topics, snapped cursors) stays in the engine.
 
 from __future__ import annotations
 
+import heapq
 from typing import Any, Iterator
 
 import cbor2
 
-from . import keys
+from . import keys, leasebatch
 from .records import PREFIX
 from .state import DEAD_MARK, DEFAULT_LANE, LANE_RANGE, Lease, QueueState, Segment, TagState
 from .store import Store
@@ -44,11 +45,22 @@ def tag_definitions(store: Store, queue_id: int) -> Iterator[tuple[int, dict[str
         yield keys.tag_def_ids(key)[1], cbor2.loads(value)
 
 
-def lease_rows(store: Store, queue_id: int, tag_id: int) -> Iterator[tuple[int, Lease]]:
-    """``(seq, lease)`` of every lease row of the tag, by seq (ENDED_DELETED ones too)."""
+def lease_rows(store: Store, queue_id: int, tag_id: int, gone_seq: int
+               ) -> Iterator[tuple[int, Lease]]:
+    """``(seq, lease)`` of every lease of the tag, by seq (ENDED_DELETED ones too): its
+    ``leases`` rows, and the entries of its batch rows at or above ``gone_seq`` that no
+    ``leases`` row overrides (leasebatch.py)."""
     lower, upper = keys.tag_scope_bounds(queue_id, tag_id)
-    for key, value in Store.items(store.leases, lower, upper):
-        yield keys.lease_key_decode(key)[2], Lease.decode(value)
+    rows = ((keys.lease_key_decode(key)[2], 0, Lease.decode(value))
+            for key, value in Store.items(store.leases, lower, upper))
+    batches = [((seq, 1, lease) for seq, lease in
+                leasebatch.lane_leases(store, queue_id, tag_id, lane, gone_seq))
+               for lane in LANE_RANGE]
+    last = -1
+    for seq, _, lease in heapq.merge(rows, *batches):
+        if seq != last:  # a ``leases`` row (0) comes first and overrides a batch entry (1)
+            last = seq
+            yield seq, lease
 
 
 def headed_topic(store: Store, q: QueueState, t: TagState, seq: int, lease: Lease) -> int:

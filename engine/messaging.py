@@ -25,6 +25,7 @@ from typing import Any, Sequence
 from . import keys
 from .core import EngineCore
 from .counters import BYTES_OUT, DELETED, RECEIVED
+from .leasebatch import LeaseBatch
 from .lessor import Lessor
 from .errors import (
     InvalidArgument,
@@ -161,7 +162,8 @@ class MessagingOps:
         The usual delete — the very receipt this process issued for a current lease, on a
         tag with no topic head and no rewind in effect, below its lane's cursor — is done
         here in line: the lease leaves memory and its row is written back ``ENDED_DELETED``,
-        exactly as ``EngineCore._lease_dropped`` does for it. Anything else goes the general
+        exactly as ``EngineCore._lease_dropped`` does for it; a lease held by a batch row
+        (leasebatch.py) is marked deleted there, and each such row is written once. Anything else goes the general
         way (``_current_lease``, ``_lease_dropped``)."""
         core = self._core
         store = core._store
@@ -173,6 +175,8 @@ class MessagingOps:
         append = results.append
         key = b""
         in_line = 0
+        touched: LeaseBatch | None = None  # the batch rows of deleted leases (usually one)
+        others: list[LeaseBatch] = []
         for receipt in receipts:
             if (type(receipt) is bytes and len(receipt) == RECEIPT_BYTES and not t.heads
                     and not t.rewind_vt):
@@ -183,9 +187,17 @@ class MessagingOps:
                         and lease.state == LEASED and lease.due_ms > now and seq >= gone
                         and seq < cursors[lease.lane]):
                     del leases[seq]
-                    key = lease_key(qid, tid, seq)
-                    batch_put(key, pack(ENDED_DELETED, lease.lane, 0, lease.count,
-                                        lease.first_ms, 0), leases_h)
+                    batch = lease.batch
+                    if batch is None:
+                        key = lease_key(qid, tid, seq)
+                        batch_put(key, pack(ENDED_DELETED, lease.lane, 0, lease.count,
+                                            lease.first_ms, 0), leases_h)
+                    else:  # its batch row is written once, below
+                        batch.mark_deleted(seq)
+                        if batch is not touched:
+                            if touched is not None:
+                                others.append(touched)
+                            touched = batch
                     discard(lease.due_ms, seq)
                     in_line += 1
                     append(None)
@@ -197,6 +209,11 @@ class MessagingOps:
                 continue
             core._lease_dropped(q, t, seq, lease)
             append(None)
+        if touched is not None:
+            batches_h = store.leasebatches_h
+            for batch in {id(b): b for b in (*others, touched)}.values():
+                batch_put(batch.key, batch.row(), batches_h)
+                key = batch.key
         if in_line:
             store.pending += in_line
             store.written.append(key)  # names the queue, should the write fail

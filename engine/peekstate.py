@@ -4,7 +4,7 @@ derived from the tag's state and the stored rows: shared by the engine and the o
 
 from __future__ import annotations
 
-from . import keys
+from . import keys, leasebatch
 from .records import PREFIX
 from .scope import ended_in_turn, topic_gate
 from .state import DEAD_MARK, ENDED_AHEAD, ENDED_DEAD, LEASED, Lease, QueueState, TagState
@@ -46,9 +46,12 @@ def peek_state(store: Store, q: QueueState, t: TagState, seq: int, value: bytes,
                 return "parked", 0, None, None
         elif head < seq or t.topic_from.get(topic, seq + 1) <= seq:
             return "parked", 0, None, None
+    # Deleted after delivery: its count is kept on disk, in its ``leases`` row or else in
+    # the entry of its receive's batch (leasebatch.py).
     row = store.leases.get(keys.lease_key(q.id, t.id, seq))
-    if row is not None:  # deleted after delivery: its count is kept on disk
-        deleted = Lease.decode(row)
+    deleted = Lease.decode(row) if row is not None else leasebatch.find(store, q.id, t.id,
+                                                                         lane, seq)
+    if deleted is not None:
         return "deleted", deleted.count, deleted.first_ms or None, None
     return "deleted", 0, None, None
 

@@ -45,4 +45,7 @@ def collect(store: Store, q: QueueState) -> None:
         for t in q.tags.values():  # rows below gone_seq: ENDED_DELETED ones (state.py)
             store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, first),
                                keys.lease_key(q.id, t.id, end))
+            for lane in q.lanes_used:  # batch rows whose entries are all below ``end``
+                store.delete_range(store.leasebatches_h, keys.batch_key(q.id, t.id, lane, first),
+                                   keys.batch_key(q.id, t.id, lane, end))
         store.delete(store.segments_h, keys.segment_key(q.id, first))

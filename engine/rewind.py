@@ -17,7 +17,7 @@ the earliest rewound message takes the topic over and the head waits behind it
 from __future__ import annotations
 
 
-from . import keys
+from . import keys, leasebatch
 from .core import EngineCore
 from .deadletter import DeadLetterOps
 from .errors import RewindDisabled, RewindOutOfRange
@@ -81,7 +81,16 @@ class RewindOps:
         store.delete_range(store.leases_h, keys.lease_key(q.id, t.id, from_seq),
                            keys.lease_key(q.id, t.id, q.next_seq))
         for seq in kept:
-            store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), t.leases[seq].encode())
+            lease = t.leases[seq]
+            lease.batch = None  # its batch entry goes with the cut below
+            store.put(store.leases_h, keys.lease_key(q.id, t.id, seq), lease.encode())
+        for lane in q.lanes_used:  # batch entries from from_seq on go too
+            cut = leasebatch.cut(store, q.id, t.id, lane, from_seq)
+            if cut is not None:
+                old_key, batch = cut
+                for lease in t.leases.values():
+                    if lease.batch is not None and lease.batch.key == old_key:
+                        lease.batch = batch
         # Topics: heads that stay Inflight keep their topic locked; rewound messages of it
         # wait behind them and are looked for from from_seq when they end.
         for topic, head in list(t.locked.items()):

@@ -49,10 +49,10 @@ DEFAULT_TAG = "default"  # the tag every queue has, and receives use when they n
 class Lease:
     """One tag's lease state for one message (a row of the ``leases`` family)."""
 
-    __slots__ = ("state", "lane", "due_ms", "count", "first_ms", "number", "receipt")
+    __slots__ = ("state", "lane", "due_ms", "count", "first_ms", "number", "receipt", "batch")
 
     def __init__(self, state: int, lane: int, due_ms: int, count: int, first_ms: int,
-                 number: int, receipt: bytes | None = None):
+                 number: int, receipt: bytes | None = None, batch: Any = None):
         self.state = state
         self.lane = lane
         self.due_ms = due_ms
@@ -63,6 +63,9 @@ class Lease:
         # engine opened): a receipt equal to it is genuine without computing its MAC. Not
         # stored; whether it is current is still judged by ``number`` and ``due_ms``.
         self.receipt = receipt
+        # The ``LeaseBatch`` row (leasebatch.py) that holds this lease, or None: its row in
+        # ``leases`` holds it (LEASED leases of a receive's batch have no ``leases`` row).
+        self.batch = batch
 
     def encode(self) -> bytes:
         return _LEASE.pack(self.state, self.lane, self.due_ms, self.count, self.first_ms, self.number)

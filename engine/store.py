@@ -37,13 +37,14 @@ OTHER_OPEN_FILES = 64
 
 COLUMN_FAMILIES = (
     "meta", "log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
+    "leasebatches",
 )
 #: Families of older schema versions: a read-write open opens them when present, so that the
 #: engine's migration can drop them (``drop_legacy_families``).
 LEGACY_FAMILIES = ("timers",)
 # Families whose rows are written and deleted at message rate: tombstones pile up there, so
 # files with many deletions are compacted early.
-CHURN_FAMILIES = ("leases", "delays", "delayseq", "topics")
+CHURN_FAMILIES = ("leases", "leasebatches", "delays", "delayseq", "topics")
 
 
 def _options(memory: StoreMemory, name: str | None = None) -> Options:
@@ -158,6 +159,8 @@ class Store:
     tags_h: ColumnFamily
     leases: Rdict
     leases_h: ColumnFamily
+    leasebatches: Rdict
+    leasebatches_h: ColumnFamily
 
     def __init__(self, path: Path, *, read_only: bool = False, secondary: Path | None = None,
                  memory: MemoryBounds = MemoryBounds()):

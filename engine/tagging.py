@@ -80,6 +80,7 @@ class TagOps:
             store = self._core._store
             lower, upper = keys.tag_scope_bounds(q.id, t.id)
             store.delete_range(store.leases_h, lower, upper)
+            store.delete_range(store.leasebatches_h, lower, upper)
             store.delete(store.tags_h, keys.tag_key(q.id, t.id))
             store.delete(store.meta_h, keys.tag_def_key(q.id, t.id))
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id, t.id))

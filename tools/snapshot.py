@@ -238,8 +238,9 @@ class Snapshot:
         return t
 
     def leases(self, q: QueueState, t: TagState) -> Iterator[tuple[int, Lease]]:
-        """``(seq, lease)`` of every lease row of the tag, by seq."""
-        return lease_rows(self.store, q.id, t.id)
+        """``(seq, lease)`` of every lease of the tag, by seq (``leases`` rows and the
+        entries of its batch rows)."""
+        return lease_rows(self.store, q.id, t.id, q.gone_seq)
 
     def load_leases(self, q: QueueState, t: TagState) -> None:
         """Fill ``t.leases`` (and ``t.locked``, the topic heads) as the engine does at open."""

@@ -20,8 +20,10 @@ not):
     time.entry        an entry's seq has a log row, produced at that ms, and is the first seq of
                       that ms; no entry outside the retained log
     time.missing      a ms with messages has no entry (time lookups would land late)
-    lease.decode      a lease row decodes (state 1-3, lane 1-16)
+    lease.decode      a lease row decodes (state 1-4, lane 1-16); a lease batch row decodes,
+                      its seqs ascend and end at its key's seq, its states are leased/deleted
     lease.message     a lease above gone_seq names a log row (seq, lane)
+    lease.batch_overlap  two batch rows of one lane hold overlapping seq ranges
     lease.below_gone  (warning) a lease row below gone_seq: the engine drops those as it rises
     meta              queue name index, definitions, watermarks, tag cursors rows
     orphan            rows of unknown queues or tags in any per-queue column family
@@ -34,13 +36,14 @@ checks the state as of that open.
 from __future__ import annotations
 
 import hashlib
+import struct
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import cbor2
 
-from lamina.engine import keys
+from lamina.engine import keys, leasebatch
 from lamina.engine.records import PREFIX, PREFIX_SIZE
 from lamina.engine.state import (
     DEAD_MARK,
@@ -48,6 +51,7 @@ from lamina.engine.state import (
     ENDED_AHEAD,
     ENDED_DEAD,
     ENDED_DELETED,
+    LANE_RANGE,
     LANES,
     LEASED,
     Lease,
@@ -523,7 +527,7 @@ class _QueueCheck:
     def check_leases(self) -> None:
         q, store = self.q, self.store
         tag_ids = sorted(q.tags)
-        for family in ("tags", "leases"):
+        for family in ("tags", "leases", "leasebatches"):
             for low, high in _gaps(tag_ids, 1 << 32):
                 lower = keys.tag_key(q.id, low)
                 upper = keys.tag_key(q.id, high) if high < 1 << 32 else keys.queue_bounds(
@@ -560,6 +564,39 @@ class _QueueCheck:
             elif store.log.get(keys.log_key(q.id, lease.lane, seq)) is None:
                 found(DAMAGE, "lease.message", where,
                       f"no log row for seq {seq} in lane {lease.lane}")
+        for lane in LANE_RANGE:
+            self._check_batches(tag_id, tag_name, lane)
+
+    def _check_batches(self, tag_id: int, tag_name: str, lane: int) -> None:
+        """A lane's batch rows (engine/leasebatch.py): each decodes, its key names its last
+        seq, its seqs ascend, the rows' ranges are disjoint, and its entries above gone_seq
+        name log rows of the lane."""
+        q, store, found = self.q, self.store, self.found
+        below = -1  # the last seq of the previous row
+        for key, value in Store.items(store.leasebatches,
+                                      *keys.batch_lane_bounds(q.id, tag_id, lane)):
+            last = keys.batch_key_decode(key)[3]
+            where = f"tag {tag_name!r} lane {lane} lease batch ending at seq {last}"
+            try:
+                _, _, seqs, _, batch = leasebatch.decode(key, value)
+            except struct.error as exc:
+                found(DAMAGE, "lease.decode", where, str(exc))
+                continue
+            self.report.leases += len(seqs)
+            if not seqs or seqs[-1] != last or seqs != sorted(set(seqs)) or \
+                    len(value) != leasebatch.row_size(len(seqs)) or \
+                    not set(batch.states) <= {LEASED, ENDED_DELETED}:
+                found(DAMAGE, "lease.decode", where, "entries out of order, or bad states")
+                continue
+            if seqs[0] <= below:
+                found(DAMAGE, "lease.batch_overlap", where,
+                      f"its seqs from {seqs[0]} overlap the previous row's (up to {below})")
+            below = last
+            missing = [seq for seq in seqs if seq >= q.gone_seq
+                       and store.log.get(keys.log_key(q.id, lane, seq)) is None]
+            if missing:
+                found(DAMAGE, "lease.message", where,
+                      f"no log row in lane {lane} for seqs {_seqs(missing)}")
 
 
 def _last_time(ms_of: array, default: int) -> int:

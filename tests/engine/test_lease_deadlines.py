@@ -1,5 +1,6 @@
 """Lease deadlines: the in-memory (due, seq) index, its rebuild at open, and the migration
-from schema version 1 (which kept them in a ``timers`` family)."""
+from schema version 1 (which kept them in a ``timers`` family) and 2 (a ``leases`` row per
+leased message, where version 3 keeps a receive's leases in one ``leasebatches`` row)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
-from lamina.engine import Engine, keys
+from lamina.engine import Engine, keys, leasebatch
+from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.dueindex import DueIndex
 from lamina.engine.store import COLUMN_FAMILIES
 
@@ -91,6 +93,49 @@ def test_a_lease_runs_out_while_the_engine_is_closed(open_engine, clock):
     assert engine.delete("q", [d.receipt for d in first]) != [None, None]  # stale now
 
 
+def as_version_2(db: Rdict) -> None:
+    """Rewrite a data directory's lease batches as version 2 wrote the same leases: a
+    ``leases`` row per message (LEASED, or ENDED_DELETED once deleted), no ``leasebatches``
+    family."""
+    leases = db.get_column_family("leases")
+    batches = db.get_column_family("leasebatches")
+    for key, value in list(batches.items()):
+        queue, tag, lane, _ = keys.batch_key_decode(key)
+        for seq, lease in leasebatch.as_leases(lane, key, value, 0):
+            leases[keys.lease_key(queue, tag, seq)] = lease.encode()
+    del leases, batches
+    db.drop_column_family("leasebatches")
+    db.get_column_family("meta")[keys.META_VERSION] = keys.u32(2)
+
+
+def test_schema_2_directory_is_migrated_on_open(tmp_path, clock):
+    path = tmp_path / "data"
+    with Engine.open(path, clock=clock) as engine:
+        engine.create_queue("q", {"visibility_timeout": 30})
+        engine.send("q", [b"a", b"b", b"c"])
+        held = engine.receive("q", max=3)
+        assert engine.delete("q", [held[1].receipt]) == [None]
+    with raw_store(path) as db:
+        as_version_2(db)
+        assert "leasebatches" not in Rdict.list_cf(str(path / "db"))
+    clock.advance(10_000)
+    with Engine.open(path, clock=clock) as engine:
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION)
+        assert "leasebatches" in Rdict.list_cf(str(path / "db"))
+        assert engine.receive("q") == []  # still Inflight: their deadlines were read
+        peeked = engine.peek("q", ids=[d.id for d in held]).messages
+        assert [(p.state, p.dequeue_count) for p in peeked] == [
+            ("inflight", 1), ("deleted", 1), ("inflight", 1)]
+        assert engine.delete("q", [held[0].receipt]) == [None]  # receipts stay valid
+        clock.advance(21_000)
+        (again,) = engine.receive("q")
+        assert (again.body, again.dequeue_count) == (b"c", 2)
+    with Engine.open(path, clock=clock) as engine:  # and the migrated layout reopens
+        (peeked,) = engine.peek("q", ids=[again.id]).messages
+        assert (peeked.state, peeked.dequeue_count) == ("inflight", 2)
+        assert engine.delete("q", [again.receipt]) == [None]
+
+
 def test_schema_1_directory_is_migrated_on_open(tmp_path, clock):
     path = tmp_path / "data"
     with Engine.open(path, clock=clock) as engine:
@@ -99,12 +144,13 @@ def test_schema_1_directory_is_migrated_on_open(tmp_path, clock):
         (delivery,) = engine.receive("q")
     # Make it a version 1 directory: the version row, and a ``timers`` family with a row.
     with raw_store(path) as db:
+        as_version_2(db)
         timers = db.create_column_family("timers", Options(raw_mode=True))
         timers[b"\x00\x00\x00\x01" * 2 + b"\x00" * 16] = b"\x08"
         db.get_column_family("meta")[keys.META_VERSION] = keys.u32(1)
         del timers
     with Engine.open(path, clock=clock) as engine:
-        assert engine._store.meta[keys.META_VERSION] == keys.u32(2)
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION)
         assert "timers" not in Rdict.list_cf(str(path / "db"))
         assert engine.receive("q") == []  # still Inflight: its deadline was rebuilt
         clock.advance(31_000)
@@ -117,6 +163,6 @@ def test_a_newer_schema_is_refused(tmp_path, clock):
     path = tmp_path / "data"
     Engine.open(path, clock=clock).close()
     with raw_store(path) as db:
-        db.get_column_family("meta")[keys.META_VERSION] = keys.u32(3)
-    with pytest.raises(RuntimeError, match="schema version 3"):
+        db.get_column_family("meta")[keys.META_VERSION] = keys.u32(SCHEMA_VERSION + 1)
+    with pytest.raises(RuntimeError, match=f"schema version {SCHEMA_VERSION + 1}"):
         Engine.open(path, clock=clock)

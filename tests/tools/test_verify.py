@@ -12,7 +12,7 @@ from typing import Callable
 
 import pytest
 
-from lamina.engine import Engine, keys
+from lamina.engine import Engine, keys, leasebatch
 from lamina.engine.records import PREFIX, PREFIX_SIZE
 from lamina.engine.state import LEASED, Lease, Segment
 from lamina.engine.store import Store
@@ -144,6 +144,36 @@ def _lease_without_message(store: Store) -> None:
         LEASED, 2, lease.due_ms, 1, START_MS, 99).encode())  # seq 30 is in lane 8, not 2
 
 
+def a_batch_row(store: Store) -> tuple[bytes, bytes]:
+    lower, upper = keys.queue_bounds(ORDERS)
+    for key, value in Store.items(store.leasebatches, lower, upper):
+        return key, value
+    raise AssertionError("no lease batch row")
+
+
+def _batch_without_message(store: Store) -> None:
+    key, value = a_batch_row(store)
+    _, tag, lane, _ = keys.batch_key_decode(key)
+    _, first_ms, _, _, _ = leasebatch.decode(key, value)
+    wrong_lane = 2 if lane != 2 else 3
+    store.put(store.leasebatches_h, keys.batch_key(ORDERS, tag, wrong_lane, 30),
+              leasebatch.encode_head(START_MS, first_ms, [30], [99]) + b"\x01")
+
+
+def _batch_overlap(store: Store) -> None:
+    key, value = a_batch_row(store)
+    _, tag, lane, last = keys.batch_key_decode(key)
+    _, first_ms, seqs, _, _ = leasebatch.decode(key, value)
+    store.put(store.leasebatches_h, keys.batch_key(ORDERS, tag, lane, last + 1),
+              leasebatch.encode_head(START_MS, first_ms, [seqs[0], last + 1], [98, 99])
+              + b"\x01\x01")
+
+
+def _batch_undecodable(store: Store) -> None:
+    key, value = a_batch_row(store)
+    store.put(store.leasebatches_h, key, value[:-3])
+
+
 def _unknown_queue(store: Store) -> None:
     store.put(store.log_h, keys.log_key(99, DEFAULT_LANE, 0), log_value(store, 0))
 
@@ -167,6 +197,9 @@ DAMAGE = {
     "log_row_deleted": (_log_row_deleted, "segment.missing"),
     "log_row_outside": (_log_row_outside, "log.orphan"),
     "lease_without_message": (_lease_without_message, "lease.message"),
+    "batch_without_message": (_batch_without_message, "lease.message"),
+    "batch_overlap": (_batch_overlap, "lease.batch_overlap"),
+    "batch_undecodable": (_batch_undecodable, "lease.decode"),
     "unknown_queue": (_unknown_queue, "orphan"),
     "unknown_tag": (_unknown_tag, "orphan"),
 }
