@@ -1,0 +1,136 @@
+"""Lease batches (schema version 3): the leases a receive makes of never-delivered messages of
+a lane are one ``leasebatches`` row, and deleting them rewrites that row. What they hold must
+survive a restart exactly as per-message lease rows did: receipts, deadlines, dequeue counts,
+deletes; and rewinds, visibility changes and reclaimed segments must leave no stale entry."""
+
+from __future__ import annotations
+
+from lamina.engine import Engine, keys
+from lamina.engine.store import Store
+
+START = 1_700_000_000_000
+
+
+def rows(engine: Engine, family: str) -> int:
+    store = engine._store
+    lower, upper = keys.queue_bounds(1)
+    return sum(1 for _ in Store.keys(getattr(store, family), lower, upper))
+
+
+def states(engine: Engine, deliveries) -> list[tuple[str, int]]:
+    peeked = engine.peek("q", ids=[d.id for d in deliveries]).messages
+    return [(p.state, p.dequeue_count) for p in peeked]
+
+
+def test_a_receive_of_16_writes_one_row_and_its_delete_rewrites_it(open_engine):
+    engine = open_engine()
+    engine.create_queue("q")
+    engine.send("q", [b"m%d" % i for i in range(17)])
+    held = engine.receive("q", max=16)
+    assert (rows(engine, "leases"), rows(engine, "leasebatches")) == (0, 1)
+    assert engine.delete("q", [d.receipt for d in held[1:]]) == [None] * 15
+    assert (rows(engine, "leases"), rows(engine, "leasebatches")) == (0, 1)
+    assert states(engine, held[:3]) == [("inflight", 1), ("deleted", 1), ("deleted", 1)]
+
+
+def test_part_of_a_batch_deleted_before_a_restart_stays_deleted_and_the_rest_leased(
+        open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"a", b"b", b"c", b"d"])
+    held = engine.receive("q", max=4)
+    assert engine.delete("q", [held[1].receipt, held[2].receipt]) == [None, None]
+    engine.close()
+    clock.advance(10_000)
+    engine = open_engine()
+    assert states(engine, held) == [("inflight", 1), ("deleted", 1), ("deleted", 1),
+                                    ("inflight", 1)]
+    assert engine.receive("q", max=4) == []
+    clock.advance(21_000)  # the two leases left run out; the deleted ones stay deleted
+    again = engine.receive("q", max=4)
+    assert [(d.body, d.dequeue_count) for d in again] == [(b"a", 2), (b"d", 2)]
+    assert engine.delete("q", [held[0].receipt]) != [None]  # stale now
+
+
+def test_receipts_of_a_batch_are_deleted_after_a_restart(open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"a", b"b", b"c"])
+    held = engine.receive("q", max=3)
+    engine.close()
+    engine = open_engine()
+    assert engine.delete("q", [held[1].receipt]) == [None]  # checked by its MAC now
+    engine.close()
+    engine = open_engine()
+    assert states(engine, held) == [("inflight", 1), ("deleted", 1), ("inflight", 1)]
+    assert engine.delete("q", [held[1].receipt]) != [None]
+    clock.advance(31_000)
+    assert [d.body for d in engine.receive("q", max=3)] == [b"a", b"c"]
+
+
+def test_a_visibility_change_of_a_batch_lease_outlives_its_batch_entry(open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"a", b"b", b"c"])
+    held = engine.receive("q", max=3)
+    (changed,) = engine.change_visibility("q", [[held[1].receipt, 100]])
+    engine.close()
+    clock.advance(31_000)
+    engine = open_engine()
+    assert [d.body for d in engine.receive("q", max=3)] == [b"a", b"c"]
+    assert engine.delete("q", [held[1].receipt]) != [None]
+    assert engine.delete("q", [changed.receipt]) == [None]
+    engine.close()
+    engine = open_engine()
+    assert states(engine, held[1:2]) == [("deleted", 1)]
+
+
+def test_a_batch_lease_changed_and_deleted_before_a_restart_stays_deleted(open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"a", b"b", b"c"])
+    held = engine.receive("q", max=3)
+    (changed,) = engine.change_visibility("q", [[held[1].receipt, 100]])
+    assert engine.delete("q", [changed.receipt]) == [None]
+    engine.close()
+    clock.advance(200_000)
+    engine = open_engine()
+    assert states(engine, held) == [("active", 1), ("deleted", 1), ("active", 1)]
+    assert [d.body for d in engine.receive("q", max=3)] == [b"a", b"c"]
+
+
+def test_a_rewind_into_a_batch_keeps_the_leases_before_it(open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30, "rewind": 3600})
+    for body in (b"a", b"b", b"c", b"d", b"e", b"f"):
+        engine.send("q", [body])
+        clock.advance(1000)
+    held = engine.receive("q", max=6)  # one batch: a..f
+    assert engine.delete("q", [held[3].receipt, held[4].receipt]) == [None, None]
+    engine.rewind("q", START + 3000)  # from d: d and e are never-delivered again
+    assert engine.delete("q", [held[1].receipt]) == [None]  # b: in the cut batch now
+    engine.close()
+    engine = open_engine()
+    assert states(engine, held) == [("inflight", 1), ("deleted", 1), ("inflight", 1),
+                                    ("active", 0), ("active", 0), ("inflight", 1)]
+    again = engine.receive("q", max=6)
+    assert [(d.body, d.dequeue_count) for d in again] == [(b"d", 1), (b"e", 1)]
+    receipts = [held[0].receipt, held[2].receipt, held[5].receipt, *[d.receipt for d in again]]
+    assert engine.delete("q", receipts) == [None] * 5
+    engine.close()
+    engine = open_engine()
+    assert engine.receive("q", max=6) == []
+    clock.advance(31_000)
+    assert engine.receive("q", max=6) == []
+
+
+def test_batch_rows_go_with_their_segments(open_engine, clock):
+    engine = open_engine(segment_max_messages=32)
+    engine.create_queue("q")
+    for _ in range(20):
+        engine.send("q", [b"x"] * 16)
+        clock.advance(5)
+    for _ in range(19):
+        held = engine.receive("q", max=16)
+        assert engine.delete("q", [d.receipt for d in held]) == [None] * 16
+    assert rows(engine, "leasebatches") <= 4  # those of the segments still kept
