@@ -63,6 +63,32 @@ class DueIndex:
             buckets[due_ms] = {bucket: None, seq: None}  # type: ignore[dict-item]
         self.version += 1
 
+    def add_all(self, due_ms: int, seqs: list[int]) -> None:
+        """``add(due_ms, seq)`` for each of ``seqs`` (a receive's leases share their due)."""
+        if len(seqs) == 1:
+            self.add(due_ms, seqs[0])
+            return
+        buckets = self.buckets
+        bucket = buckets.get(due_ms)
+        if bucket is None:
+            buckets[due_ms] = dict.fromkeys(seqs)
+            self.dues.add(due_ms)
+        elif bucket.__class__ is dict:
+            bucket.update(dict.fromkeys(seqs))
+        else:
+            buckets[due_ms] = {bucket: None, **dict.fromkeys(seqs)}  # type: ignore[dict-item]
+        self.version += 1
+
+    def discard_all(self, pairs: list[tuple[int, int]]) -> None:
+        """``discard(due_ms, seq)`` for each ``(due_ms, seq)`` of ``pairs``."""
+        buckets = self.buckets
+        for due_ms, seq in pairs:
+            bucket = buckets.get(due_ms)
+            if bucket.__class__ is dict and len(bucket) > 1:
+                bucket.pop(seq, None)
+            elif bucket is not None:
+                self.discard(due_ms, seq)
+
     def discard(self, due_ms: int, seq: int) -> None:
         buckets = self.buckets
         bucket = buckets.get(due_ms)

@@ -183,6 +183,10 @@ def log_seq(key: bytes) -> int:
     return _U64.unpack_from(key, 5)[0]
 
 
+#: ``LOG_SEQ.unpack_from(key, 5)[0]`` is ``log_seq(key)``, for loops that inline it.
+LOG_SEQ = _U64
+
+
 # -- time: queue | time | seq ---------------------------------------------------------------
 
 def time_key(queue: int, time_ms: int, seq: int) -> bytes:

@@ -11,6 +11,7 @@ from . import keys
 from .records import PREFIX, PREFIX_SIZE
 from .core import EngineCore
 from .leasebatch import LeaseBatch, encode_head
+from .receipts import pack_body as pack_body_
 from .results import Delivery, Peeked
 from .scope import in_scope, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
@@ -195,12 +196,12 @@ class Lessor:
         depends only on the due time (the same for every lease of this receive,
         ``Deadlines.watch_lease_due``) is done once."""
         q, t, store = self.q, self.t, self.store
-        unpack, log_seq, leases = PREFIX.unpack_from, keys.log_seq, t.leases
+        unpack, seq_of, leases = PREFIX.unpack_from, keys.LOG_SEQ.unpack_from, t.leases
         out, count = self.out, self.count
-        append, issue = out.append, self.issue
+        append, pack_body, keyed_copy = out.append, pack_body_, self.engine._receipts.keyed_copy
         qid, tid, due, now = q.id, t.id, self.due_ms, self.now
         batch_key, batches_h = keys.batch_key, store.leasebatches_h
-        row_heap, lease_heap, due_add = t.row_heap, t.lease_heap, t.due_index.add
+        row_heap, lease_heap = t.row_heap, t.lease_heap
         fresh = 0
         for lane in q.lanes_used:
             if len(out) >= count or self.budget <= 0:
@@ -225,7 +226,7 @@ class Lessor:
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
                 self.budget -= 1
                 if visible_ms == enqueue_ms:
-                    seq = log_seq(key_of())
+                    seq = seq_of(key_of(), 5)[0]
                     if seq not in leases and (
                             (plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
                              and seq >= t.start_seq) or self._admit(seq, value)):
@@ -234,7 +235,10 @@ class Lessor:
                         if topic_id == 0 and in_line:
                             number = t.lease_counter
                             t.lease_counter = number + 1
-                            receipt = issue(qid, tid, lane, seq, number)
+                            body = pack_body(qid, tid, lane, seq, number)
+                            mac = keyed_copy()  # ReceiptCodec.issue, in line
+                            mac.update(body)
+                            receipt = body + mac.digest()
                             if batch is None:
                                 batch = LeaseBatch(b"", b"", seqs, bytearray())
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
@@ -242,7 +246,6 @@ class Lessor:
                             numbers.append(number)
                             heappush(row_heap, seq)
                             heappush(lease_heap, seq)
-                            due_add(due, seq)
                             append(Delivery(value[PREFIX_SIZE:], receipt, 1, now, due))
                         else:
                             self._lease(seq, lane, value, None)
@@ -252,6 +255,7 @@ class Lessor:
                 batch.head = encode_head(due, now, seqs, numbers)
                 batch.states = bytearray(LEASED_STATES * len(seqs))
                 batch_put(batch.key, batch.row(), batches_h)
+                t.due_index.add_all(due, seqs)
                 fresh += 1
             if self.dry_run:
                 continue

@@ -19,6 +19,7 @@ looks again.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from hmac import compare_digest
 from typing import Any, Sequence
 
@@ -33,7 +34,7 @@ from .errors import (
     LaminaError,
     StaleReceipt,
 )
-from .receipts import RECEIPT_BYTES, ReceiptCodec
+from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_body
 from .results import Delivery, Sent, VisibilityChanged
 from .state import ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
@@ -163,13 +164,15 @@ class MessagingOps:
         tag with no topic head and no rewind in effect, below its lane's cursor — is done
         here in line: the lease leaves memory and its row is written back ``ENDED_DELETED``,
         exactly as ``EngineCore._lease_dropped`` does for it; a lease held by a batch row
-        (leasebatch.py) is marked deleted there, and each such row is written once. Anything else goes the general
-        way (``_current_lease``, ``_lease_dropped``)."""
+        (leasebatch.py) is marked deleted there, and each such row is written once. Anything
+        else goes the general way (``_current_lease``, ``_lease_dropped``)."""
         core = self._core
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
-        claimed, lease_key, pack = ReceiptCodec.claimed_lease, keys.lease_key, Lease.pack
-        batch_put, leases_h, discard = store.batch.put, store.leases_h, t.due_index.discard
+        lease_key, pack = keys.lease_key, Lease.pack
+        batch_put, leases_h = store.batch.put, store.leases_h
+        dropped: list[tuple[int, int]] = []  # (due, seq) of the leases ended in line
+        drop = dropped.append
         qid, tid = q.id, t.id
         results: list[LaminaError | None] = []
         append = results.append
@@ -180,7 +183,7 @@ class MessagingOps:
         for receipt in receipts:
             if (type(receipt) is bytes and len(receipt) == RECEIPT_BYTES and not t.heads
                     and not t.rewind_vt):
-                seq, number = claimed(receipt)
+                _, _, _, seq, number = unpack_body(receipt)  # ReceiptCodec.claimed_lease
                 lease = leases.get(seq)
                 if (lease is not None and lease.receipt is not None
                         and compare_digest(lease.receipt, receipt) and lease.number == number
@@ -193,12 +196,12 @@ class MessagingOps:
                         batch_put(key, pack(ENDED_DELETED, lease.lane, 0, lease.count,
                                             lease.first_ms, 0), leases_h)
                     else:  # its batch row is written once, below
-                        batch.mark_deleted(seq)
+                        batch.states[bisect_left(batch.seqs, seq)] = ENDED_DELETED
                         if batch is not touched:
                             if touched is not None:
                                 others.append(touched)
                             touched = batch
-                    discard(lease.due_ms, seq)
+                    drop((lease.due_ms, seq))
                     in_line += 1
                     append(None)
                     continue
@@ -209,6 +212,8 @@ class MessagingOps:
                 continue
             core._lease_dropped(q, t, seq, lease)
             append(None)
+        if dropped:
+            t.due_index.discard_all(dropped)
         if touched is not None:
             batches_h = store.leasebatches_h
             for batch in {id(b): b for b in (*others, touched)}.values():

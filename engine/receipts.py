@@ -14,10 +14,15 @@ import hmac
 import os
 import struct
 from pathlib import Path
+from typing import Any, Callable
 
 from .errors import InvalidReceipt
 
 _BODY = struct.Struct(">IIBQQ")
+#: ``pack_body(queue, tag, lane, seq, lease)``: the body a MAC covers (for issuing in line).
+pack_body = _BODY.pack
+#: ``unpack_body(receipt)``: (queue, tag, lane, seq, lease) a receipt claims, not verified.
+unpack_body = _BODY.unpack_from
 MAC_BYTES = 16
 RECEIPT_BYTES = _BODY.size + MAC_BYTES
 KEY_BYTES = 32
@@ -44,12 +49,15 @@ def load_or_create_key(path: Path) -> bytes:
 class ReceiptCodec:
     """Issues and checks receipts under one key. Thread-safe (no mutable state)."""
 
-    __slots__ = ("_keyed",)
+    __slots__ = ("_keyed", "keyed_copy")
 
     def __init__(self, key: bytes):
         # Keying BLAKE2b costs a compression; copying a keyed state is cheaper (measured
         # 0.54 -> 0.32 us per MAC, two per delivered message).
         self._keyed = hashlib.blake2b(key=key, digest_size=MAC_BYTES)
+        # A fresh MAC state keyed for receipts: ``update(body)`` then ``digest()`` gives what
+        # ``issue`` appends to the body (hot paths issue in line with it).
+        self.keyed_copy: Callable[[], Any] = self._keyed.copy
 
     def _mac(self, body: bytes) -> bytes:
         mac = self._keyed.copy()

@@ -36,14 +36,13 @@ checks the state as of that open.
 from __future__ import annotations
 
 import hashlib
-import struct
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import cbor2
 
-from lamina.engine import keys, leasebatch
+from lamina.engine import keys
 from lamina.engine.records import PREFIX, PREFIX_SIZE
 from lamina.engine.state import (
     DEAD_MARK,
@@ -59,6 +58,7 @@ from lamina.engine.state import (
 )
 from lamina.engine.store import COLUMN_FAMILIES, Store
 
+from .batchcheck import batch_findings
 from .snapshot import Snapshot
 
 __all__ = ["Finding", "Report", "verify"]
@@ -564,40 +564,12 @@ class _QueueCheck:
             elif store.log.get(keys.log_key(q.id, lease.lane, seq)) is None:
                 found(DAMAGE, "lease.message", where,
                       f"no log row for seq {seq} in lane {lease.lane}")
+        counted = [0]
         for lane in LANE_RANGE:
-            self._check_batches(tag_id, tag_name, lane)
-
-    def _check_batches(self, tag_id: int, tag_name: str, lane: int) -> None:
-        """A lane's batch rows (engine/leasebatch.py): each decodes, its key names its last
-        seq, its seqs ascend, the rows' ranges are disjoint, and its entries above gone_seq
-        name log rows of the lane."""
-        q, store, found = self.q, self.store, self.found
-        below = -1  # the last seq of the previous row
-        for key, value in Store.items(store.leasebatches,
-                                      *keys.batch_lane_bounds(q.id, tag_id, lane)):
-            last = keys.batch_key_decode(key)[3]
-            where = f"tag {tag_name!r} lane {lane} lease batch ending at seq {last}"
-            try:
-                _, _, seqs, _, batch = leasebatch.decode(key, value)
-            except struct.error as exc:
-                found(DAMAGE, "lease.decode", where, str(exc))
-                continue
-            self.report.leases += len(seqs)
-            if not seqs or seqs[-1] != last or seqs != sorted(set(seqs)) or \
-                    len(value) != leasebatch.row_size(len(seqs)) or \
-                    not set(batch.states) <= {LEASED, ENDED_DELETED}:
-                found(DAMAGE, "lease.decode", where, "entries out of order, or bad states")
-                continue
-            if seqs[0] <= below:
-                found(DAMAGE, "lease.batch_overlap", where,
-                      f"its seqs from {seqs[0]} overlap the previous row's (up to {below})")
-            below = last
-            missing = [seq for seq in seqs if seq >= q.gone_seq
-                       and store.log.get(keys.log_key(q.id, lane, seq)) is None]
-            if missing:
-                found(DAMAGE, "lease.message", where,
-                      f"no log row in lane {lane} for seqs {_seqs(missing)}")
-
+            for check, where, detail, seqs in batch_findings(store, q, tag_id, tag_name, lane,
+                                                             counted):
+                found(DAMAGE, check, where, f"{detail} {_seqs(seqs)}" if seqs else detail)
+        self.report.leases += counted[0]
 
 def _last_time(ms_of: array, default: int) -> int:
     for index in range(len(ms_of) - 1, -1, -1):
