@@ -3,7 +3,8 @@ as one row of the ``leasebatches`` family instead of a ``leases`` row each.
 
 A receive of 16 messages writes one row where it wrote 16, and the delete of those 16 writes
 that row again with its entries marked deleted, where it wrote 16 ``ENDED_DELETED`` rows
-(``docs/STORAGE.md``, schema version 3).
+(``docs/STORAGE.md``, schema version 3). A receive of one message from a lane writes its
+plain ``leases`` row: one row either way, and that one costs less to build.
 
 Row: key ``queue | tag | lane | last seq`` (``keys.batch_key``); value::
 

@@ -250,7 +250,14 @@ class Lessor:
                         else:
                             self._lease(seq, lane, value, None)
                 step()
-            if batch is not None:
+            if batch is not None and len(seqs) == 1:  # a row either way: the plain one
+                seq = seqs[0]
+                leases[seq].batch = None
+                batch_put(keys.lease_key(qid, tid, seq),
+                          Lease.pack(LEASED, lane, due, 1, now, numbers[0]), store.leases_h)
+                t.due_index.add(due, seq)
+                fresh += 1
+            elif batch is not None:
                 batch.key = batch_key(qid, tid, lane, seqs[-1])
                 batch.head = encode_head(due, now, seqs, numbers)
                 batch.states = bytearray(LEASED_STATES * len(seqs))

@@ -106,7 +106,9 @@ class TagState:
       stepped over as delayed); when the lane has messages at or above it, the lowest of them
       is exactly ``cursors[lane]`` ("snapped"), so the cursors give an exact floor.
     - ``delay_pos``: every ``delays`` entry ``(visible_ms, seq) <= delay_pos`` has been handled.
-    - ``leases`` holds every lease row of the tag (the ``leases`` family is its durable form).
+    - ``leases`` holds every lease row of the tag but the ENDED_DELETED ones (its durable
+      form: the ``leases`` rows, and the entries of the ``leasebatches`` rows that no
+      ``leases`` row overrides, leasebatch.py).
     - ``locked`` maps a topic to its head (the message successors wait behind) while the head
       is Inflight or Active again (rebuilt at open from the leases) or found Delayed / not yet
       delivered (found again by one seek when forgotten); ``heads`` is its inverse.
