@@ -3,8 +3,9 @@ as one row of the ``leasebatches`` family instead of a ``leases`` row each.
 
 A receive of 16 messages writes one row where it wrote 16, and the delete of those 16 writes
 that row again with its entries marked deleted, where it wrote 16 ``ENDED_DELETED`` rows
-(``docs/STORAGE.md``, schema version 3). A receive of one message from a lane writes its
-plain ``leases`` row: one row either way, and that one costs less to build.
+(``docs/STORAGE.md``, schema version 3). A row holds at most 64 entries (a longer run is
+cut into rows: a delete rewrites its whole row), and a receive of one message from a lane
+writes its plain ``leases`` row: one row either way, and that one costs less to build.
 
 Row: key ``queue | tag | lane | last seq`` (``keys.batch_key``); value::
 
@@ -63,7 +64,7 @@ def row_size(entries: int) -> int:
     return _HEAD.size + 17 * entries
 
 
-_ROWS: dict[int, struct.Struct] = {}  # entries -> the struct of a row's head (n <= 1000)
+_ROWS: dict[int, struct.Struct] = {}  # entries -> the struct of a row's head (n <= 64)
 
 
 def encode_head(due_ms: int, first_ms: int, seqs: list[int], numbers: list[int]) -> bytes:

@@ -20,6 +20,9 @@ from .store import Store
 EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
 NEVER = 1 << 63  # a time after every deadline
 LEASED_STATES = bytes([LEASED])
+# Entries of one lease batch row at most: a delete writes its batch's row again, so a receive
+# of up to 1000 messages deleted one by one writes rows of at most this many entries.
+BATCH_ENTRIES = 64
 
 
 class Lessor:
@@ -43,6 +46,7 @@ class Lessor:
         self.tag_moved = False
         self.issue = engine._receipts.issue
         self._due_watched = False  # watch_lease_due ran for this receive's due time
+        self.batches = 0  # rows of first leases made in line (``_save_batch``)
 
     def run(self) -> list[Any]:
         self._active_again()
@@ -188,6 +192,25 @@ class Lessor:
         if not self.dry_run:
             self.t.delay_hint = next_visible
 
+    def _save_batch(self, lane: int, batch: LeaseBatch, numbers: list[int]) -> None:
+        """Write the row of a batch of first leases made in line (``_never_delivered``) and
+        index their deadline. A batch of one is written as its plain ``leases`` row: one row
+        either way, and that one costs less to build."""
+        t, store, due, now, seqs = self.t, self.store, self.due_ms, self.now, batch.seqs
+        if len(seqs) == 1:
+            seq = seqs[0]
+            t.leases[seq].batch = None
+            store.batch.put(keys.lease_key(self.q.id, t.id, seq),
+                            Lease.pack(LEASED, lane, due, 1, now, numbers[0]), store.leases_h)
+            t.due_index.add(due, seq)
+        else:
+            batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
+            batch.head = encode_head(due, now, seqs, numbers)
+            batch.states = bytearray(LEASED_STATES * len(seqs))
+            store.batch.put(batch.key, batch.row(), store.leasebatches_h)
+            t.due_index.add_all(due, seqs)
+        self.batches += 1
+
     def _never_delivered(self) -> None:
         """Lane cursors, highest priority first; delayed records are stepped over.
 
@@ -200,9 +223,7 @@ class Lessor:
         out, count = self.out, self.count
         append, pack_body, keyed_copy = out.append, pack_body_, self.engine._receipts.keyed_copy
         qid, tid, due, now = q.id, t.id, self.due_ms, self.now
-        batch_key, batches_h = keys.batch_key, store.leasebatches_h
         row_heap, lease_heap = t.row_heap, t.lease_heap
-        fresh = 0
         for lane in q.lanes_used:
             if len(out) >= count or self.budget <= 0:
                 break
@@ -213,13 +234,12 @@ class Lessor:
             lower, upper = keys.log_lane_bounds(q.id, lane, start)
             it = Store.scan(store.log, lower, upper)
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
-            batch_put = store.batch.put
             # A plain message (no topic) that every message of the tag's scope passes is
             # admitted without the general gate.
             plain_scope = t.filter is None
             in_line = not self.dry_run
             batch: LeaseBatch | None = None  # this lane's first leases: one row (leasebatch.py)
-            seqs: list[int] = []
+            seqs: list[int] = []  # its seqs and lease numbers
             numbers: list[int] = []
             while valid() and len(out) < count and self.budget > 0:
                 value = value_of()
@@ -239,7 +259,10 @@ class Lessor:
                             mac = keyed_copy()  # ReceiptCodec.issue, in line
                             mac.update(body)
                             receipt = body + mac.digest()
-                            if batch is None:
+                            if batch is None or len(seqs) == BATCH_ENTRIES:
+                                if batch is not None:
+                                    self._save_batch(lane, batch, numbers)
+                                seqs, numbers = [], []
                                 batch = LeaseBatch(b"", b"", seqs, bytearray())
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
                             seqs.append(seq)
@@ -250,20 +273,8 @@ class Lessor:
                         else:
                             self._lease(seq, lane, value, None)
                 step()
-            if batch is not None and len(seqs) == 1:  # a row either way: the plain one
-                seq = seqs[0]
-                leases[seq].batch = None
-                batch_put(keys.lease_key(qid, tid, seq),
-                          Lease.pack(LEASED, lane, due, 1, now, numbers[0]), store.leases_h)
-                t.due_index.add(due, seq)
-                fresh += 1
-            elif batch is not None:
-                batch.key = batch_key(qid, tid, lane, seqs[-1])
-                batch.head = encode_head(due, now, seqs, numbers)
-                batch.states = bytearray(LEASED_STATES * len(seqs))
-                batch_put(batch.key, batch.row(), batches_h)
-                t.due_index.add_all(due, seqs)
-                fresh += 1
+            if batch is not None:
+                self._save_batch(lane, batch, numbers)
             if self.dry_run:
                 continue
             cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \
@@ -271,8 +282,8 @@ class Lessor:
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor
                 self.tag_moved = True
-        if fresh:
-            store.pending += fresh
+        if self.batches:
+            store.pending += self.batches
             if not self._due_watched:
                 self._due_watched = True
                 self.engine._deadlines.watch_lease_due(q, t, due)

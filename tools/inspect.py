@@ -3,7 +3,7 @@
     lamina inspect DATA_DIR queues                       queues and their watermarks
     lamina inspect DATA_DIR segments QUEUE               the segment table
     lamina inspect DATA_DIR tags QUEUE                   tags: scope, cursors, leases
-    lamina inspect DATA_DIR leases QUEUE [--tag T]       lease rows
+    lamina inspect DATA_DIR leases QUEUE [--tag T]       leases, one line a message
     lamina inspect DATA_DIR dump QUEUE [--segment N | --since T --until T] [--tag T]
     lamina inspect DATA_DIR verify [QUEUE ...]           re-check the log; exit 1 on damage
 
@@ -59,7 +59,7 @@ never reads the receipt key.
   lamina inspect DATA_DIR queues                       queues and their watermarks
   lamina inspect DATA_DIR segments QUEUE               the segment table
   lamina inspect DATA_DIR tags QUEUE                   tags: scope, cursors, leases
-  lamina inspect DATA_DIR leases QUEUE [--tag T]       lease rows
+  lamina inspect DATA_DIR leases QUEUE [--tag T]       leases, one line a message
   lamina inspect DATA_DIR dump QUEUE [--segment N | --since T --until T] [--tag T]
   lamina inspect DATA_DIR verify [QUEUE ...]           re-check the log; exit 1 on damage
 
@@ -96,7 +96,7 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
     command("queues", "queues and their watermarks", queue=False)
     command("segments", "the segment table of a queue")
     command("tags", "a queue's tags: scope, cursors, lease counts")
-    leases = command("leases", "lease rows of a queue")
+    leases = command("leases", "leases of a queue, one line a message")
     leases.add_argument("--tag", help="only this tag (default every tag)")
     leases.add_argument("--limit", type=int, metavar="N", help="at most this many rows "
                         "(default all)")

@@ -33,6 +33,24 @@ def test_a_receive_of_16_writes_one_row_and_its_delete_rewrites_it(open_engine):
     assert states(engine, held[:3]) == [("inflight", 1), ("deleted", 1), ("deleted", 1)]
 
 
+def test_a_receive_of_many_is_kept_in_rows_of_at_most_64_and_deleted_one_by_one(
+        open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"m%d" % i for i in range(200)])
+    held = engine.receive("q", max=200)
+    assert rows(engine, "leasebatches") == 4  # 64 + 64 + 64 + 8
+    for delivery in held[1::2]:
+        assert engine.delete("q", [delivery.receipt]) == [None]
+    engine.close()
+    clock.advance(10_000)
+    engine = open_engine()
+    assert states(engine, held[:4]) == [("inflight", 1), ("deleted", 1)] * 2
+    clock.advance(21_000)
+    again = engine.receive("q", max=200)
+    assert [d.body for d in again] == [d.body for d in held[0::2]]
+
+
 def test_part_of_a_batch_deleted_before_a_restart_stays_deleted_and_the_rest_leased(
         open_engine, clock):
     engine = open_engine()
