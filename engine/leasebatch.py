@@ -58,7 +58,6 @@ class LeaseBatch:
     # line, messaging.py) and writes ``row()`` once per batch it touched.
 
 
-
 def row_size(entries: int) -> int:
     """The length of a row of ``entries`` entries."""
     return _HEAD.size + 17 * entries
