@@ -92,6 +92,7 @@ from .framing import (
 )
 from .splicing import (
     PEEK_STATES,
+    Deliverable,
     DeliveryFrame,
     PeekedFrame,
     PeekEntry,
@@ -394,7 +395,7 @@ class ServerConnection:
         """Answer a ``send`` (see :func:`encode_send_response`)."""
         return self._answer(request_id, encode_send_response(request_id, results))
 
-    def respond_receive(self, request_id: int, deliveries: Sequence[DeliveryFrame]) -> bytes:
+    def respond_receive(self, request_id: int, deliveries: Sequence[Deliverable]) -> bytes:
         """Answer a ``receive``, splicing stored records (see :func:`encode_receive_response`)."""
         return self._answer(request_id, encode_receive_response(request_id, deliveries))
 
