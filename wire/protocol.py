@@ -422,19 +422,22 @@ class ServerConnection:
     def respond_answer(self, request_id: int, answer: Answer) -> bytes:
         """Answer ``request_id`` with what the server's op produced: a result map, entries,
         deliveries or a peek page to splice, or the LaminaError that failed the request."""
+        # The encoders are called here directly: one call less an answer.
         if type(answer) is MapAnswer:
-            return self._answer(request_id, encode_response(request_id, answer.result))
-        if type(answer) is SendAnswer:
-            return self.respond_send(request_id, answer.results)
-        if type(answer) is ReceiveAnswer:
-            return self.respond_receive(request_id, answer.deliveries)
-        if type(answer) is EntriesAnswer:
-            return self.respond_entries(request_id, answer.results)
-        if type(answer) is PeekAnswer:
-            return self.respond_peek(request_id, answer.entries, answer.next)
-        if isinstance(answer, LaminaError):
-            return self.respond_error(request_id, answer)
-        raise TypeError(f"not an answer: {type(answer).__name__}")
+            frame = encode_response(request_id, answer.result)
+        elif type(answer) is ReceiveAnswer:
+            frame = encode_receive_response(request_id, answer.deliveries)
+        elif type(answer) is SendAnswer:
+            frame = encode_send_response(request_id, answer.results)
+        elif type(answer) is EntriesAnswer:
+            frame = encode_entries_response(request_id, answer.results)
+        elif type(answer) is PeekAnswer:
+            frame = encode_peek_response(request_id, answer.entries, answer.next)
+        elif isinstance(answer, LaminaError):
+            frame = encode_error_response(request_id, answer)
+        else:
+            raise TypeError(f"not an answer: {type(answer).__name__}")
+        return self._answer(request_id, frame)
 
     def _answer(self, request_id: int, frame: bytes) -> bytes:
         if self._closed or not self._greeted:

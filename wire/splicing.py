@@ -105,8 +105,7 @@ def encode_receive_response(request_id: int, deliveries: Sequence[Deliverable]) 
         frame = _uniform_receive_frame(request_id, deliveries)
         if frame is not None:
             return frame
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _MESSAGES_KEY,
-             cbor_head(4, len(deliveries))]
+    parts = [b"", _answer_head(request_id, _MESSAGES_OPENING, len(deliveries))]
     extend = parts.extend
     pack_usual_tail = _USUAL_DELIVERY_TAIL.pack
     receipt_head_bytes, receipt_head = -1, b""
@@ -142,8 +141,7 @@ def _uniform_receive_frame(request_id: int, deliveries: Sequence[Deliverable]) -
             return None
     tail = _delivery_tail(dequeue_count, first_time, next_time)
     count = len(deliveries)
-    head = (_ARRAY_OF_3 + encode_int(request_id) + _NULL + _MAP_OF_1 + _MESSAGES_KEY
-            + cbor_head(4, count))
+    head = _answer_head(request_id, _MESSAGES_OPENING, count)
     # Per delivery: record, receipt head, receipt, tail + the next delivery's array head.
     parts = [cbor_head(2, receipt_bytes)] * (4 * count + 1)
     parts[0] = head + _ARRAY_OF_5
@@ -153,7 +151,7 @@ def _uniform_receive_frame(request_id: int, deliveries: Sequence[Deliverable]) -
     parts[-1] = tail
     body_length = (len(head) + sum(map(len, parts[1::4]))
                    + count * (len(_ARRAY_OF_5) + len(parts[2]) + receipt_bytes + len(tail)))
-    return encode_frame_header(body_length) + b"".join(parts)
+    return _FRAME_HEADER.pack(body_length) + b"".join(parts)
 
 
 def _delivery_tail(dequeue_count: int, first_dequeue_time: int, next_visible_time: int) -> bytes:
@@ -162,7 +160,8 @@ def _delivery_tail(dequeue_count: int, first_dequeue_time: int, next_visible_tim
             and _U32_END <= next_visible_time < _U64_END):
         return _USUAL_DELIVERY_TAIL.pack(dequeue_count, _U64_HEAD, first_dequeue_time,
                                          _U64_HEAD, next_visible_time)
-    return encode_int(dequeue_count) + encode_int(first_dequeue_time) + encode_int(next_visible_time)
+    return (encode_int(dequeue_count) + encode_int(first_dequeue_time)
+            + encode_int(next_visible_time))
 
 
 # The usual tail of a delivery in one pack, as encode_int would write it: a dequeue count
@@ -174,7 +173,6 @@ _U32_END = 0x100000000
 _U64_END = 0x10000000000000000
 
 
-_RESULTS_KEY = cbor2.dumps("results")
 
 
 def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
@@ -186,8 +184,7 @@ def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
         frame = _uniform_send_frame(request_id, results)
         if frame is not None:
             return frame
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _RESULTS_KEY,
-             cbor_head(4, len(results))]
+    parts = [b"", _answer_head(request_id, _RESULTS_OPENING, len(results))]
     append, extend = parts.append, parts.extend
     prefixes = _SENT_PREFIXES
     last_time, time_bytes = None, b""
@@ -226,8 +223,7 @@ def _uniform_send_frame(request_id: int, results: Sequence[Any]) -> bytes | None
     ids = [entry.id.encode() for entry in results]
     if sum(map(len, ids)) != count * id_chars:
         return None  # a character of more than one byte: id heads may differ
-    head = (_ARRAY_OF_3 + encode_int(request_id) + _NULL + _MAP_OF_1 + _RESULTS_KEY
-            + cbor_head(4, count))
+    head = _answer_head(request_id, _RESULTS_OPENING, count)
     prefix = _SENT_PREFIXES.get(id_chars)
     if prefix is None:
         prefix = _SENT_PREFIXES[id_chars] = _ARRAY_OF_3 + cbor_head(3, id_chars)
@@ -240,44 +236,58 @@ def _uniform_send_frame(request_id: int, results: Sequence[Any]) -> bytes | None
     parts[4::4] = [prefix] * count
     parts[-1] = b""
     body_length = len(head) + count * (len(prefix) + id_chars + len(middle) + 16)
-    return encode_frame_header(body_length) + b"".join(parts)
+    return _FRAME_HEADER.pack(body_length) + b"".join(parts)
 
 
 def encode_entries_response(request_id: int, results: list[LaminaError | None]) -> bytes:
     """The frame ``[id, null, {"results": [...]}]`` answering ``delete``, ``dead`` or
     ``delete_by_id``: per entry null, or the error map of a LaminaError. Byte-identical to
     cbor2.dumps, several times cheaper for the usual all-null batch."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _RESULTS_KEY,
-             cbor_head(4, len(results))]
+    head = _answer_head(request_id, _RESULTS_OPENING, len(results))
     if results.count(None) == len(results):
-        parts.append(_NULL * len(results))
+        body = head + _NULL * len(results)
     else:
-        parts.extend(_NULL if entry is None else cbor2.dumps(entry.to_wire())
-                     for entry in results)
-    return _frame_of_parts(parts)
+        body = head + b"".join([_NULL if entry is None else cbor2.dumps(entry.to_wire())
+                                for entry in results])
+    return _FRAME_HEADER.pack(len(body)) + body
 
 
 def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
     """The frame ``[id, null, result]``, byte-identical to cbor2.dumps of it without building
     the array (every ping and most small answers)."""
     tail = cbor2.dumps(result)
-    if request_id < 24:
-        head = _SMALL_ID_HEADS[request_id]
-    elif request_id < 0x100:
-        head = _U8_ID_HEAD.pack(0x83, 0x18, request_id, 0xF6)  # array(3), uint8, null
-    elif request_id < 0x10000:
-        head = _U16_ID_HEAD.pack(0x83, 0x19, request_id, 0xF6)  # array(3), uint16, null
-    else:
-        head = _ARRAY_OF_3 + encode_int(request_id) + _NULL
+    head = _id_head(request_id)
     return b"".join((_FRAME_HEADER.pack(len(head) + len(tail)), head, tail))
 
 
-#: encode_frame_header without its range check (a map answer longer than 4 GiB fails the
-#: pack instead), and ``[id, null, `` by the size of the id's CBOR head.
+def _id_head(request_id: int) -> bytes:
+    """``[id, null, ``: how every success answer starts."""
+    if request_id < 24:
+        return _SMALL_ID_HEADS[request_id]
+    if request_id < 0x100:
+        return _U8_ID_HEAD.pack(0x83, 0x18, request_id, 0xF6)  # array(3), uint8, null
+    if request_id < 0x10000:
+        return _U16_ID_HEAD.pack(0x83, 0x19, request_id, 0xF6)  # array(3), uint16, null
+    return _ARRAY_OF_3 + encode_int(request_id) + _NULL
+
+
+def _answer_head(request_id: int, opening: bytes, count: int) -> bytes:
+    """``[id, null, {key: [`` with an array of ``count``: the start of an answer listing
+    entries (``opening`` is the map head and key)."""
+    array_head = _SMALL_ARRAY_HEADS[count] if count < 24 else cbor_head(4, count)
+    return _id_head(request_id) + opening + array_head
+
+
+#: encode_frame_header without its range check (an answer longer than 4 GiB fails the pack
+#: instead; one over max_frame is refused before it is sent), and ``[id, null, `` by the size
+#: of the id's CBOR head.
 _FRAME_HEADER = struct.Struct(">I")
 _SMALL_ID_HEADS = tuple(_ARRAY_OF_3 + bytes((n,)) + _NULL for n in range(24))
 _U8_ID_HEAD = struct.Struct(">BBBB")
 _U16_ID_HEAD = struct.Struct(">BBHB")
+_SMALL_ARRAY_HEADS = tuple(cbor_head(4, n) for n in range(24))
+_MESSAGES_OPENING = _MAP_OF_1 + _MESSAGES_KEY
+_RESULTS_OPENING = _MAP_OF_1 + cbor2.dumps("results")
 
 
 def _optional_int(value: int | None) -> bytes:
