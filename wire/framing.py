@@ -138,7 +138,7 @@ class FrameReader:
             pending += FRAME_HEADER_BYTES + len(self._body)
         return pending
 
-    def whole_frame(self, data: bytes) -> bytes | None:
+    def whole_frame(self, data: bytes | bytearray | memoryview) -> bytes | None:
         """The body of ``data`` if nothing is pending and ``data`` is exactly one frame of an
         acceptable length (the usual read of a peer awaiting each answer), taken without
         buffering; else None, and ``data`` is not taken: :meth:`feed` it."""

@@ -567,6 +567,13 @@ class ClientConnection:
         ending with a ProtocolViolation if the server broke the protocol."""
         if self._protocol_error is not None:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
+        body = self._frames.whole_frame(data)
+        if body is not None:  # the usual read: one whole answer, nothing buffered
+            try:
+                return [self._parse_frame(body)]
+            except ProtocolError as exc:
+                self._protocol_error = exc
+                return [ProtocolViolation(exc)]
         self._frames.feed(data)
         events: list[ClientEvent] = []
         try:
