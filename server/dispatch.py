@@ -123,6 +123,8 @@ def wait_seconds(args: dict[str, Any]) -> float | None:
     wait = args.pop("wait", None)
     if wait is None:
         return None
+    if type(wait) is int and 0 <= wait <= MAX_WAIT_S:  # whole seconds (wait=0 above all)
+        return wait
     if type(wait) not in (int, float) or not math.isfinite(wait):
         raise InvalidArgument("wait", "must be a number of seconds")
     if not 0 <= wait <= MAX_WAIT_S:
