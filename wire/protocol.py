@@ -33,8 +33,9 @@ Rules of the connection state (every one of them lives in this file):
    engine judges each entry, and refuses such values there.
 
 Frames and strict CBOR live in ``framing.py``, the encoders that splice stored records in
-``splicing.py``, the events in ``events.py`` and the server's answers in ``answers.py``; what a
-server or client needs of them is re-exported here, so they need only this module.
+``splicing.py``, the events in ``events.py``, the server's answers in ``answers.py`` and the
+auth signature in ``auth.py``; what a server or client needs of them is re-exported here, so
+they need only this module.
 
 Errors split as in h11: the peer misbehaving is a ProtocolViolation event carrying the wire
 ``ProtocolError``; our own code misusing this API raises :class:`LocalProtocolError` (its subclasses, in
@@ -43,8 +44,6 @@ Errors split as in h11: the peer misbehaving is a ProtocolViolation event carryi
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 import struct
 from collections.abc import Mapping, Sequence
@@ -62,6 +61,7 @@ from .answers import (
     ReceiveAnswer,
     SendAnswer,
 )
+from .auth import AUTH_CONTEXT, auth_signature, verify_auth_signature
 from .errors import (
     AnswerTooLarge,
     ConnectionEnding,
@@ -147,8 +147,6 @@ MAX_REQUEST_ITEMS = 150_000
 #: The longest busy-polling window allowed (server and clients; SO_BUSY_POLL): polling is for
 #: the gap between an answer and the next request, not a way to keep a core busy.
 MAX_BUSY_POLL_US = 10_000
-#: PROTOCOL §3: domain separation for the auth HMAC.
-AUTH_CONTEXT = b"lamina-auth-v1"
 
 
 # --- Encoding whole frames ---------------------------------------------------------------------
@@ -196,23 +194,6 @@ def encode_greeting(
         "auth": auth_required, "nonce": bytes(nonce), "features": list(features),
         "limits": limits,
     }])
-
-
-# --- Authentication ----------------------------------------------------------------------------
-
-
-def auth_signature(secret: str, nonce: bytes, key_id: str) -> bytes:
-    """PROTOCOL §3: HMAC-SHA256(secret, b"lamina-auth-v1" || nonce || key_id UTF-8). The nonce
-    binds it to one connection, so a signature seen on the wire cannot be replayed."""
-    message = AUTH_CONTEXT + bytes(nonce) + key_id.encode("utf-8")
-    return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).digest()
-
-
-def verify_auth_signature(secret: str, nonce: bytes, key_id: str, signature: object) -> bool:
-    """Whether ``signature`` is right, compared in constant time (no timing oracle)."""
-    if type(signature) is not bytes:
-        return False
-    return hmac.compare_digest(auth_signature(secret, nonce, key_id), signature)
 
 
 # --- The server's side of one connection -------------------------------------------------------
@@ -311,25 +292,21 @@ class ServerConnection:
         """
         if self._protocol_error is not None or self._closed:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
+        # The usual read of a peer awaiting each answer: one whole frame, nothing buffered.
+        body = None
         if not (self.buffering or self._pre_auth) and type(data) is bytes:
-            # The usual read of a peer awaiting each answer: exactly one whole frame, nothing
-            # buffered before it (FrameReader.whole_frame, without the call).
-            size = len(data) - FRAME_HEADER_BYTES
+            size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
             if 0 < size <= self.max_frame_bytes and _FRAME_LENGTH.unpack_from(data)[0] == size:
-                try:
-                    return [self._parse_request(data[FRAME_HEADER_BYTES:])]
-                except ProtocolError as exc:
-                    self._protocol_error = exc
-                    return [ProtocolViolation(exc)]
+                body = data[FRAME_HEADER_BYTES:]
         elif not (self._pre_auth and self._outstanding):  # not reading_paused (rule 4)
             body = self._frames.whole_frame(data)
-            if body is not None:  # the usual read: one whole frame, nothing buffered
-                self.buffering = False
-                try:
-                    return [self._parse_request(body)]
-                except ProtocolError as exc:
-                    self._protocol_error = exc
-                    return [ProtocolViolation(exc)]
+        if body is not None:
+            self.buffering = False
+            try:
+                return [self._parse_request(body)]
+            except ProtocolError as exc:
+                self._protocol_error = exc
+                return [ProtocolViolation(exc)]
         frames = self._frames
         frames.feed(data)
         events: list[ServerEvent] = []

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina.engine.errors import InternalError, InvalidArgument, QueueNotFound, Unauthorized
-from lamina.wire import protocol
+from lamina.wire import auth, protocol
 from lamina.engine.records import cbor_head as encode_head
 from lamina.wire.framing import MIN_MAX_FRAME_BYTES, PRE_AUTH_MAX_FRAME_BYTES
 from lamina.wire.answers import EntriesAnswer, MapAnswer, PeekAnswer, ReceiveAnswer, SendAnswer
@@ -517,7 +517,7 @@ def test_verify_accepts_only_the_right_signature() -> None:
 def test_verify_compares_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real = hmac.compare_digest
-    monkeypatch.setattr(protocol.hmac, "compare_digest", lambda a, b: calls.append(1) or real(a, b))
+    monkeypatch.setattr(auth.hmac, "compare_digest", lambda a, b: calls.append(1) or real(a, b))
     verify_auth_signature("s3cret", NONCE, "key-1", b"x" * hashlib.sha256().digest_size)
     assert calls == [1]
 
