@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lamina.engine.errors import LaminaError, ProtocolError
 from lamina.engine.records import cbor_head as encode_head
-from lamina.engine.results import Sent
+from lamina.engine.results import Delivery, Sent
 from lamina.wire.framing import (
     COLLECT_BODY_BYTES,
     MAX_NESTING_DEPTH,
@@ -491,6 +491,17 @@ def test_receive_response_of_a_batch_differing_in_one_delivery_is_byte_identical
     last[1 + field] = b"r" * 40 if field == 0 else 25  # receipt, count or a time
     items[-1] = DeliveryFrame(*last)
     assert encode_receive_response(request_id, items) == frame(expected_receive_body(request_id, items))
+
+
+@pytest.mark.parametrize("count", [1, 5, 6, 16])
+def test_the_engines_deliveries_are_spliced_as_their_tuples_would_be(count: int) -> None:
+    record = cbor2.dumps(["id", b"body", None, None, 1, 2, 3, bytes(16), None])
+    items = [DeliveryFrame(record, bytes([n]) * 41, 1, 1_764_000_000_000, 1_764_000_030_000)
+             for n in range(count)]
+    deliveries = [Delivery(*item) for item in items]
+    assert encode_receive_response(3, deliveries) == encode_receive_response(3, items)
+    assert encode_receive_response(3, deliveries) == frame(expected_receive_body(3, items))
+    assert sum(map(delivery_size, deliveries)) == sum(map(delivery_size, items))
 
 
 @pytest.mark.parametrize("count", [0, 1, 23, 24, 255, 256])
