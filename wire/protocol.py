@@ -294,12 +294,15 @@ class ServerConnection:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
         # The usual read of a peer awaiting each answer: one whole frame, nothing buffered.
         body = None
+        frames = self._frames
         if not (self.buffering or self._pre_auth) and type(data) is bytes:
             size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
             if 0 < size <= self.max_frame_bytes and _FRAME_LENGTH.unpack_from(data)[0] == size:
                 body = data[FRAME_HEADER_BYTES:]
+            else:  # a few whole frames (a pipelining peer), cut in place; the rest is fed
+                return self._parse_frames(frames.whole_frames(data))
         elif not (self._pre_auth and self._outstanding):  # not reading_paused (rule 4)
-            body = self._frames.whole_frame(data)
+            body = frames.whole_frame(data)
         if body is not None:
             self.buffering = False
             try:
@@ -307,11 +310,18 @@ class ServerConnection:
             except ProtocolError as exc:
                 self._protocol_error = exc
                 return [ProtocolViolation(exc)]
-        frames = self._frames
         frames.feed(data)
+        return self._parse_frames([])
+
+    def _parse_frames(self, bodies: list[bytes]) -> list[ServerEvent]:
+        """Parse ``bodies`` (frames already cut), then the frames buffered until reading pauses
+        (rule 4); a violation ends the events."""
+        frames = self._frames
         events: list[ServerEvent] = []
         try:
-            while not self.reading_paused:
+            for cut in bodies:
+                events.append(self._parse_request(cut))
+            while not (self._pre_auth and self._outstanding):  # not reading_paused
                 body = frames.next_frame()
                 if body is None:
                     break

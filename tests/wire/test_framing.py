@@ -177,6 +177,52 @@ def test_frames_come_out_whole_however_the_stream_is_cut(sizes: list[int], cuts:
     assert got == bodies and reader.buffered_bytes == 0
 
 
+def _drain(reader: FrameReader, got: list[bytes]) -> bool:
+    """Take the reader's frames into ``got``; whether it refused one."""
+    try:
+        while (body := reader.next_frame()) is not None:
+            got.append(body)
+    except ProtocolError:
+        return True
+    return False
+
+
+@settings(max_examples=300)
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=6), st.integers(0, 6),
+       st.sampled_from([None, 0, 41]), st.lists(st.integers(1, 90), min_size=1, max_size=12))
+def test_whole_frames_cut_a_read_as_next_frame_would(bodies: list[bytes], bad_at: int,
+                                                     bad_length: int | None,
+                                                     cuts: list[int]) -> None:
+    frames = [frame(body) for body in bodies]
+    if bad_length is not None:  # a zero-length or (whole) oversized frame somewhere in it
+        frames.insert(min(bad_at, len(frames)), struct.pack(">I", bad_length) + b"r" * 41)
+    data = b"".join(frames)
+    expected: list[bytes] = []
+    reference = FrameReader(40)
+    reference.feed(data)
+    refused = _drain(reference, expected)
+    reader, got, position = FrameReader(40), [], 0
+    for cut in cuts * (len(data) // sum(cuts) + 1):
+        if position >= len(data):
+            break
+        piece = data[position:position + cut]
+        position += len(piece)
+        got.extend(reader.whole_frames(piece))
+        if _drain(reader, got):
+            assert refused and got == expected
+            return
+    assert got == expected and not refused
+
+
+def test_whole_frames_leaves_a_partial_frame_buffered() -> None:
+    reader = FrameReader(1024)
+    data = frame(b"one") + frame(b"two") + frame(b"three")
+    assert reader.whole_frames(data[:-2]) == [b"one", b"two"]
+    assert reader.buffered_bytes == len(frame(b"three")) - 2
+    assert reader.whole_frames(data[-2:]) == []  # behind the pending bytes: fed
+    assert reader.next_frame() == b"three" and reader.buffered_bytes == 0
+
+
 def test_reader_stays_failed_after_a_bad_header() -> None:
     reader = FrameReader(1024)
     reader.feed(b"\x00\x00\x00\x00" + frame(b"fine"))

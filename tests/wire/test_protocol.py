@@ -156,6 +156,15 @@ def test_requests_before_protocol_error_are_still_delivered() -> None:
     assert conn.protocol_error is events[2].error
 
 
+@pytest.mark.parametrize("bad_header", [b"\x00\x00\x00\x00", b"\xff\xff\xff\xff"])
+def test_requests_before_a_refused_frame_length_are_still_delivered(bad_header: bytes) -> None:
+    conn = greeted_server()
+    events = conn.receive_data(request(1) + request(2) + bad_header + request(3))
+    assert events[:2] == [Request(1, "ping", {}), Request(2, "ping", {})]
+    assert isinstance(events[2], ProtocolViolation) and len(events) == 3
+    assert "frame" in events[2].message
+
+
 def test_receive_data_after_a_violation_is_our_misuse() -> None:
     conn = greeted_server()
     conn.receive_data(frame(b"\xff"))
