@@ -114,7 +114,8 @@ class _Child:
 
             def receive(request: Any) -> Any:
                 answer = self._apply(request)
-                received.extend(delivery[1] for delivery in answer.deliveries)
+                received.extend(getattr(delivery, "receipt", None) or delivery[1]  # either tree
+                                for delivery in answer.deliveries)
                 return answer
 
             stages = self._stages(frames, receive)

@@ -123,6 +123,8 @@ def wait_seconds(args: dict[str, Any]) -> float | None:
     wait = args.pop("wait", None)
     if wait is None:
         return None
+    if type(wait) is int and 0 <= wait <= MAX_WAIT_S:  # whole seconds (wait=0 above all)
+        return wait
     if type(wait) not in (int, float) or not math.isfinite(wait):
         raise InvalidArgument("wait", "must be a number of seconds")
     if not 0 <= wait <= MAX_WAIT_S:
@@ -142,9 +144,7 @@ def receive_call(engine: Engine, args: dict[str, Any], caller: str | None, reque
                  max_frame: int) -> ReceiveAnswer:
     """One receive attempt (no waiting; the server decides that)."""
     budget = receive_budget(request_id, args.get("max", 1), max_frame)
-    deliveries = engine.receive(**args, max_bytes=budget, caller=caller)
-    return ReceiveAnswer([(d.record, d.receipt, d.dequeue_count, d.first_dequeue_time,
-                           d.next_visible_time) for d in deliveries])
+    return ReceiveAnswer(engine.receive(**args, max_bytes=budget, caller=caller))
 
 
 def _record_id(record: bytes) -> str:

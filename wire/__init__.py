@@ -8,6 +8,7 @@ Both the server and the clients use it; it touches no socket and imports neither
 - ``answers``: what a server's operation produces before it becomes bytes;
 - ``protocol``: the connection state machines, :class:`ServerConnection` and
   :class:`ClientConnection`, the one place that knows which requests await an answer;
+- ``auth``: the ``auth`` request's signature (PROTOCOL §3);
 - ``errors``: :class:`LocalProtocolError` and its subclasses, our own code misusing the above.
 """
 

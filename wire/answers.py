@@ -9,11 +9,12 @@ commit is durable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from lamina.engine.errors import LaminaError
 
-from .splicing import DeliveryFrame
+from .splicing import Deliverable
 
 __all__ = ["Answer", "EntriesAnswer", "MapAnswer", "PeekAnswer", "ReceiveAnswer", "SendAnswer"]
 
@@ -43,9 +44,9 @@ class EntriesAnswer:
 
 @dataclass(slots=True)
 class ReceiveAnswer:
-    """A ``receive`` result: ``(record, receipt, count, first, next)`` tuples to splice."""
+    """A ``receive`` result: the engine's deliveries (or DeliveryFrame tuples) to splice."""
 
-    deliveries: list[DeliveryFrame]
+    deliveries: Sequence[Deliverable]
 
 
 @dataclass(slots=True)

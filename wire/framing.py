@@ -138,7 +138,7 @@ class FrameReader:
             pending += FRAME_HEADER_BYTES + len(self._body)
         return pending
 
-    def whole_frame(self, data: bytes) -> bytes | None:
+    def whole_frame(self, data: bytes | bytearray | memoryview) -> bytes | None:
         """The body of ``data`` if nothing is pending and ``data`` is exactly one frame of an
         acceptable length (the usual read of a peer awaiting each answer), taken without
         buffering; else None, and ``data`` is not taken: :meth:`feed` it."""
@@ -151,6 +151,26 @@ class FrameReader:
         if length != len(data) - FRAME_HEADER_BYTES or length > self._max_frame_bytes:
             return None
         return data[FRAME_HEADER_BYTES:]
+
+    def whole_frames(self, data: bytes) -> list[bytes]:
+        """The bodies of the whole frames of acceptable length ``data`` begins with, taken
+        without buffering if nothing is pending (a peer that sends a few requests at once);
+        the rest of ``data`` (a partial frame, one to refuse, or all of it) is fed."""
+        bodies: list[bytes] = []
+        offset, end = 0, len(data)
+        if not (self._start < len(self._buffer) or self._collecting is not None
+                or self._body is not None or self._failure is not None):
+            unpack, limit = _HEADER.unpack_from, self._max_frame_bytes
+            while end - offset > FRAME_HEADER_BYTES:
+                (length,) = unpack(data, offset)
+                start = offset + FRAME_HEADER_BYTES
+                if length == 0 or length > limit or start + length > end:
+                    break
+                offset = start + length
+                bodies.append(data[start:offset])
+        if offset < end:
+            self.feed(data[offset:] if offset else data)
+        return bodies
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. Cheap: parsing happens in :meth:`next_frame`."""

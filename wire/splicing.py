@@ -5,15 +5,16 @@ heads around the stored bytes: never decoded, never re-encoded. Every piece is e
 cbor2.dumps would (shortest heads, dict order), so the output is byte-identical to cbor2.dumps
 of the decoded structure. Sizes below are exact, for staying under max_frame.
 
-The frame-level tuples are :data:`DeliveryFrame` and :data:`PeekedFrame` (what the engine hands
-the server to splice), not the client's decoded ``lamina.client.Delivery`` / ``Peeked``.
+What the server splices per message is a :class:`Deliverable` (the engine's ``Delivery``, or a
+:class:`DeliveryFrame` tuple) or a :data:`PeekedFrame`, not the client's decoded
+``lamina.client.Delivery`` / ``Peeked``.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import cbor2
 
@@ -23,7 +24,7 @@ from lamina.engine.records import cbor_head
 from .framing import encode_frame_header, encode_int, head_size, int_size
 
 __all__ = [
-    "PEEK_STATES", "DeliveryFrame", "PeekEntry", "PeekedFrame", "delivery_size",
+    "PEEK_STATES", "Deliverable", "DeliveryFrame", "PeekEntry", "PeekedFrame", "delivery_size",
     "encode_entries_response", "encode_peek_response", "encode_receive_response",
     "encode_response", "encode_send_response", "peek_entry_size", "peek_response_overhead",
     "receive_response_overhead",
@@ -32,9 +33,34 @@ __all__ = [
 #: PROTOCOL §4: the states a peeked message can be in.
 PEEK_STATES = frozenset({"active", "inflight", "delayed", "parked", "deleted", "dead"})
 
-#: ``(record, receipt, dequeue_count, first_dequeue_time, next_visible_time)``; ``record`` is the
-#: stored, already-encoded CBOR record (PROTOCOL §4).
-DeliveryFrame: TypeAlias = tuple[bytes, bytes, int, int, int]
+
+
+class Deliverable(Protocol):
+    """What a receive response splices per delivery: the engine's ``Delivery``, or a
+    :class:`DeliveryFrame`. ``record`` is the stored, already-encoded CBOR record (PROTOCOL §4)."""
+
+    @property
+    def record(self) -> bytes: ...
+    @property
+    def receipt(self) -> bytes: ...
+    @property
+    def dequeue_count(self) -> int: ...
+    @property
+    def first_dequeue_time(self) -> int: ...
+    @property
+    def next_visible_time(self) -> int: ...
+
+
+class DeliveryFrame(NamedTuple):
+    """A :class:`Deliverable` built by hand: ``(record, receipt, dequeue_count,
+    first_dequeue_time, next_visible_time)``."""
+
+    record: bytes
+    receipt: bytes
+    dequeue_count: int
+    first_dequeue_time: int
+    next_visible_time: int
+
 #: ``(record, state, dequeue_count, first_dequeue_time, next_visible_time)``.
 PeekedFrame: TypeAlias = tuple[bytes, str, int, int | None, int | None]
 #: A peek entry is a peeked message, or (``ids`` mode) the error map for that id.
@@ -51,11 +77,12 @@ _NEXT_KEY = cbor2.dumps("next")
 _STATE_TEXTS = {state: cbor2.dumps(state) for state in PEEK_STATES}
 
 
-def delivery_size(delivery: DeliveryFrame) -> int:
+def delivery_size(delivery: Deliverable) -> int:
     """Bytes ``delivery`` adds to a receive response."""
-    record, receipt, dequeue_count, first_dequeue_time, next_visible_time = delivery
-    return (len(_ARRAY_OF_5) + len(record) + head_size(len(receipt)) + len(receipt)
-            + int_size(dequeue_count) + int_size(first_dequeue_time) + int_size(next_visible_time))
+    receipt = delivery.receipt
+    return (len(_ARRAY_OF_5) + len(delivery.record) + head_size(len(receipt)) + len(receipt)
+            + int_size(delivery.dequeue_count) + int_size(delivery.first_dequeue_time)
+            + int_size(delivery.next_visible_time))
 
 
 def receive_response_overhead(request_id: int, count: int) -> int:
@@ -65,27 +92,76 @@ def receive_response_overhead(request_id: int, count: int) -> int:
             + len(_MESSAGES_KEY) + head_size(count))
 
 
-def encode_receive_response(request_id: int, deliveries: Sequence[DeliveryFrame]) -> bytes:
+#: Batches of at least this many entries are assembled column-wise when they allow it (one
+#: list of records, one of receipts...): a few steps per batch instead of one per entry, which
+#: pays from about this size on.
+COLUMNS_FROM = 6
+
+
+def encode_receive_response(request_id: int, deliveries: Sequence[Deliverable]) -> bytes:
     """The frame ``[id, null, {"messages": [delivery...]}]``, each delivery
     ``[record, receipt, dequeue_count, first_dequeue_time, next_visible_time]``."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _MESSAGES_KEY,
-             cbor_head(4, len(deliveries))]
+    if len(deliveries) >= COLUMNS_FROM:
+        frame = _uniform_receive_frame(request_id, deliveries)
+        if frame is not None:
+            return frame
+    parts = [b"", _answer_head(request_id, _MESSAGES_OPENING, len(deliveries))]
     extend = parts.extend
     pack_usual_tail = _USUAL_DELIVERY_TAIL.pack
     receipt_head_bytes, receipt_head = -1, b""
-    for record, receipt, dequeue_count, first_dequeue_time, next_visible_time in deliveries:
+    for delivery in deliveries:
+        receipt = delivery.receipt
         if len(receipt) != receipt_head_bytes:  # receipts of one queue: one length, usually
             receipt_head_bytes = len(receipt)
             receipt_head = cbor_head(2, receipt_head_bytes)
-        if (dequeue_count < 24 and _U32_END <= first_dequeue_time < _U64_END
-                and _U32_END <= next_visible_time < _U64_END):
+        dequeue_count = delivery.dequeue_count
+        first_dequeue_time = delivery.first_dequeue_time
+        next_visible_time = delivery.next_visible_time
+        if (0 <= dequeue_count < 24 and _U32_END <= first_dequeue_time < _U64_END
+                and _U32_END <= next_visible_time < _U64_END):  # in line: the usual tail
             tail = pack_usual_tail(dequeue_count, _U64_HEAD, first_dequeue_time, _U64_HEAD,
                                    next_visible_time)
         else:
-            tail = (encode_int(dequeue_count) + encode_int(first_dequeue_time)
-                    + encode_int(next_visible_time))
-        extend((_ARRAY_OF_5, record, receipt_head, receipt, tail))
+            tail = _delivery_tail(dequeue_count, first_dequeue_time, next_visible_time)
+        extend((_ARRAY_OF_5, delivery.record, receipt_head, receipt, tail))
     return _frame_of_parts(parts)
+
+
+def _uniform_receive_frame(request_id: int, deliveries: Sequence[Deliverable]) -> bytes | None:
+    """The receive frame of ``deliveries`` that share their receipt length, dequeue count and
+    times (a batch of first deliveries: all leased at one time, for one visibility timeout),
+    assembled column-wise without a Python step per delivery; None if they do not."""
+    first = deliveries[0]
+    dequeue_count, first_time = first.dequeue_count, first.first_dequeue_time
+    next_time, receipt_bytes = first.next_visible_time, len(first.receipt)
+    for delivery in deliveries:
+        if (delivery.next_visible_time != next_time or delivery.first_dequeue_time != first_time
+                or delivery.dequeue_count != dequeue_count
+                or len(delivery.receipt) != receipt_bytes):
+            return None
+    tail = _delivery_tail(dequeue_count, first_time, next_time)
+    count = len(deliveries)
+    head = _answer_head(request_id, _MESSAGES_OPENING, count)
+    # Per delivery: record, receipt head, receipt, tail + the next delivery's array head.
+    parts = [cbor_head(2, receipt_bytes)] * (4 * count + 1)
+    parts[0] = head + _ARRAY_OF_5
+    parts[1::4] = [delivery.record for delivery in deliveries]
+    parts[3::4] = [delivery.receipt for delivery in deliveries]
+    parts[4::4] = [tail + _ARRAY_OF_5] * count
+    parts[-1] = tail
+    body_length = (len(head) + sum(map(len, parts[1::4]))
+                   + count * (len(_ARRAY_OF_5) + len(parts[2]) + receipt_bytes + len(tail)))
+    return _FRAME_HEADER.pack(body_length) + b"".join(parts)
+
+
+def _delivery_tail(dequeue_count: int, first_dequeue_time: int, next_visible_time: int) -> bytes:
+    """A delivery's three integers, as encode_int writes them."""
+    if (0 <= dequeue_count < 24 and _U32_END <= first_dequeue_time < _U64_END
+            and _U32_END <= next_visible_time < _U64_END):
+        return _USUAL_DELIVERY_TAIL.pack(dequeue_count, _U64_HEAD, first_dequeue_time,
+                                         _U64_HEAD, next_visible_time)
+    return (encode_int(dequeue_count) + encode_int(first_dequeue_time)
+            + encode_int(next_visible_time))
 
 
 # The usual tail of a delivery in one pack, as encode_int would write it: a dequeue count
@@ -97,7 +173,6 @@ _U32_END = 0x100000000
 _U64_END = 0x10000000000000000
 
 
-_RESULTS_KEY = cbor2.dumps("results")
 
 
 def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
@@ -105,8 +180,11 @@ def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
     enqueue_time, md5]`` for a ``Sent`` (anything with those attributes), else the error map
     of a LaminaError. Byte-identical to cbor2.dumps, at a fraction of its cost (the hot path
     of every producer)."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _RESULTS_KEY,
-             cbor_head(4, len(results))]
+    if len(results) >= COLUMNS_FROM and not isinstance(results[0], LaminaError):
+        frame = _uniform_send_frame(request_id, results)
+        if frame is not None:
+            return frame
+    parts = [b"", _answer_head(request_id, _RESULTS_OPENING, len(results))]
     append, extend = parts.append, parts.extend
     prefixes = _SENT_PREFIXES
     last_time, time_bytes = None, b""
@@ -131,41 +209,85 @@ _SENT_PREFIXES: dict[int, bytes] = {}
 _BYTES_16_HEAD = cbor_head(2, 16)
 
 
+def _uniform_send_frame(request_id: int, results: Sequence[Any]) -> bytes | None:
+    """The send frame of entries all accepted at one time, with ASCII ids of one length and
+    16-byte digests (every batch but one with refused entries), assembled column-wise without a
+    Python step per entry; None if they are not."""
+    first = results[0]
+    kind, enqueue_time, id_chars = type(first), first.enqueue_time, len(first.id)
+    for entry in results:
+        if (type(entry) is not kind or entry.enqueue_time != enqueue_time
+                or len(entry.id) != id_chars or len(entry.md5) != 16):
+            return None
+    count = len(results)
+    ids = [entry.id.encode() for entry in results]
+    if sum(map(len, ids)) != count * id_chars:
+        return None  # a character of more than one byte: id heads may differ
+    head = _answer_head(request_id, _RESULTS_OPENING, count)
+    prefix = _SENT_PREFIXES.get(id_chars)
+    if prefix is None:
+        prefix = _SENT_PREFIXES[id_chars] = _ARRAY_OF_3 + cbor_head(3, id_chars)
+    middle = encode_int(enqueue_time) + _BYTES_16_HEAD
+    # Per entry: id, time and digest head, digest, the next entry's array and id heads.
+    parts = [middle] * (4 * count + 1)
+    parts[0] = head + prefix
+    parts[1::4] = ids
+    parts[3::4] = [entry.md5 for entry in results]
+    parts[4::4] = [prefix] * count
+    parts[-1] = b""
+    body_length = len(head) + count * (len(prefix) + id_chars + len(middle) + 16)
+    return _FRAME_HEADER.pack(body_length) + b"".join(parts)
+
+
 def encode_entries_response(request_id: int, results: list[LaminaError | None]) -> bytes:
     """The frame ``[id, null, {"results": [...]}]`` answering ``delete``, ``dead`` or
     ``delete_by_id``: per entry null, or the error map of a LaminaError. Byte-identical to
     cbor2.dumps, several times cheaper for the usual all-null batch."""
-    parts = [b"", _ARRAY_OF_3, encode_int(request_id), _NULL, _MAP_OF_1, _RESULTS_KEY,
-             cbor_head(4, len(results))]
+    head = _answer_head(request_id, _RESULTS_OPENING, len(results))
     if results.count(None) == len(results):
-        parts.append(_NULL * len(results))
+        body = head + _NULL * len(results)
     else:
-        parts.extend(_NULL if entry is None else cbor2.dumps(entry.to_wire())
-                     for entry in results)
-    return _frame_of_parts(parts)
+        body = head + b"".join([_NULL if entry is None else cbor2.dumps(entry.to_wire())
+                                for entry in results])
+    return _FRAME_HEADER.pack(len(body)) + body
 
 
 def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
     """The frame ``[id, null, result]``, byte-identical to cbor2.dumps of it without building
     the array (every ping and most small answers)."""
     tail = cbor2.dumps(result)
-    if request_id < 24:
-        head = _SMALL_ID_HEADS[request_id]
-    elif request_id < 0x100:
-        head = _U8_ID_HEAD.pack(0x83, 0x18, request_id, 0xF6)  # array(3), uint8, null
-    elif request_id < 0x10000:
-        head = _U16_ID_HEAD.pack(0x83, 0x19, request_id, 0xF6)  # array(3), uint16, null
-    else:
-        head = _ARRAY_OF_3 + encode_int(request_id) + _NULL
+    head = _id_head(request_id)
     return b"".join((_FRAME_HEADER.pack(len(head) + len(tail)), head, tail))
 
 
-#: encode_frame_header without its range check (a map answer longer than 4 GiB fails the
-#: pack instead), and ``[id, null, `` by the size of the id's CBOR head.
+def _id_head(request_id: int) -> bytes:
+    """``[id, null, ``: how every success answer starts."""
+    if request_id < 24:
+        return _SMALL_ID_HEADS[request_id]
+    if request_id < 0x100:
+        return _U8_ID_HEAD.pack(0x83, 0x18, request_id, 0xF6)  # array(3), uint8, null
+    if request_id < 0x10000:
+        return _U16_ID_HEAD.pack(0x83, 0x19, request_id, 0xF6)  # array(3), uint16, null
+    return _ARRAY_OF_3 + encode_int(request_id) + _NULL
+
+
+def _answer_head(request_id: int, opening: bytes, count: int) -> bytes:
+    """``[id, null, {key: [`` with an array of ``count``: the start of an answer listing
+    entries (``opening`` is the map head and key)."""
+    array_head = _SMALL_ARRAY_HEADS[count] if count < 24 else cbor_head(4, count)
+    return _id_head(request_id) + opening + array_head
+
+
+#: encode_frame_header without its range check (an answer longer than 4 GiB fails the pack
+#: instead; one over max_frame is refused before it is sent), and ``[id, null, `` by the size
+#: of the id's CBOR head.
 _FRAME_HEADER = struct.Struct(">I")
 _SMALL_ID_HEADS = tuple(_ARRAY_OF_3 + bytes((n,)) + _NULL for n in range(24))
 _U8_ID_HEAD = struct.Struct(">BBBB")
 _U16_ID_HEAD = struct.Struct(">BBHB")
+_SMALL_ARRAY_HEADS = tuple(cbor_head(4, n) for n in range(24))
+_MESSAGES_OPENING = _MAP_OF_1 + _MESSAGES_KEY
+_RESULTS_OPENING = _MAP_OF_1 + cbor2.dumps("results")
 
 
 def _optional_int(value: int | None) -> bytes:

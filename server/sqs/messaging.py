@@ -297,9 +297,10 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
     answer = await ctx.bridge.call("receive", args)
     naming = ctx.naming
     messages = []
-    for record, receipt, dequeues, first_ms, _ in answer.deliveries:
+    for delivery in answer.deliveries:
         received = received_message(
-            Message.decode(record), receipt, dequeues, first_ms, system_names,
+            Message.decode(delivery.record), delivery.receipt, delivery.dequeue_count,
+            delivery.first_dequeue_time, system_names,
             attribute_names, naming.account, lambda name: naming.arn(sqs_name_of(name)),
             ref.fifo)
         message: dict[str, Any] = {"MessageId": received.message_id,
@@ -313,7 +314,7 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
         messages.append(message)
     result = {"Messages": messages} if messages else {}
     if attempt_id is not None and ref.fifo and messages:
-        leases_end_ms = min(delivery[4] for delivery in answer.deliveries)
+        leases_end_ms = min(delivery.next_visible_time for delivery in answer.deliveries)
         ctx.state.remember_attempt(ref.lamina_name, attempt_id, result,
                                    (leases_end_ms - wall_clock_ms()) / 1000)
     return result

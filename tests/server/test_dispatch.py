@@ -76,7 +76,8 @@ def test_wait_is_taken_out_of_the_arguments_and_checked() -> None:
     args: dict[str, Any] = {"queue": "q", "wait": 1.23456}
     assert wait_seconds(args) == 1.234 and args == {"queue": "q"}
     assert wait_seconds({"queue": "q"}) is None
-    for bad in (-1, MAX_WAIT_S + 1, float("nan"), "5"):
+    assert [wait_seconds({"wait": whole}) for whole in (0, 7, MAX_WAIT_S)] == [0, 7, MAX_WAIT_S]
+    for bad in (-1, MAX_WAIT_S + 1, float("nan"), "5", True):
         with pytest.raises(InvalidArgument) as refused:
             wait_seconds({"wait": bad})
         assert refused.value.field == "wait"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lamina.engine.errors import LaminaError, ProtocolError
 from lamina.engine.records import cbor_head as encode_head
-from lamina.engine.results import Sent
+from lamina.engine.results import Delivery, Sent
 from lamina.wire.framing import (
     COLLECT_BODY_BYTES,
     MAX_NESTING_DEPTH,
@@ -30,6 +30,7 @@ from lamina.wire.framing import (
 )
 from lamina.wire.splicing import (
     PEEK_STATES,
+    DeliveryFrame,
     delivery_size,
     encode_entries_response,
     encode_peek_response,
@@ -174,6 +175,52 @@ def test_frames_come_out_whole_however_the_stream_is_cut(sizes: list[int], cuts:
         if reader.buffered_bytes >= 4 and len(got) < len(bodies):
             assert reader.front_frame_bytes == len(bodies[len(got)]) + 4
     assert got == bodies and reader.buffered_bytes == 0
+
+
+def _drain(reader: FrameReader, got: list[bytes]) -> bool:
+    """Take the reader's frames into ``got``; whether it refused one."""
+    try:
+        while (body := reader.next_frame()) is not None:
+            got.append(body)
+    except ProtocolError:
+        return True
+    return False
+
+
+@settings(max_examples=300)
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=6), st.integers(0, 6),
+       st.sampled_from([None, 0, 41]), st.lists(st.integers(1, 90), min_size=1, max_size=12))
+def test_whole_frames_cut_a_read_as_next_frame_would(bodies: list[bytes], bad_at: int,
+                                                     bad_length: int | None,
+                                                     cuts: list[int]) -> None:
+    frames = [frame(body) for body in bodies]
+    if bad_length is not None:  # a zero-length or (whole) oversized frame somewhere in it
+        frames.insert(min(bad_at, len(frames)), struct.pack(">I", bad_length) + b"r" * 41)
+    data = b"".join(frames)
+    expected: list[bytes] = []
+    reference = FrameReader(40)
+    reference.feed(data)
+    refused = _drain(reference, expected)
+    reader, got, position = FrameReader(40), [], 0
+    for cut in cuts * (len(data) // sum(cuts) + 1):
+        if position >= len(data):
+            break
+        piece = data[position:position + cut]
+        position += len(piece)
+        got.extend(reader.whole_frames(piece))
+        if _drain(reader, got):
+            assert refused and got == expected
+            return
+    assert got == expected and not refused
+
+
+def test_whole_frames_leaves_a_partial_frame_buffered() -> None:
+    reader = FrameReader(1024)
+    data = frame(b"one") + frame(b"two") + frame(b"three")
+    assert reader.whole_frames(data[:-2]) == [b"one", b"two"]
+    assert reader.buffered_bytes == len(frame(b"three")) - 2
+    assert reader.whole_frames(data[-2:]) == []  # behind the pending bytes: fed
+    assert reader.next_frame() == b"three" and reader.buffered_bytes == 0
 
 
 def test_reader_stays_failed_after_a_bad_header() -> None:
@@ -433,10 +480,10 @@ records = st.builds(
     st.one_of(st.none(), st.tuples(st.text(max_size=5), st.text(max_size=5), ints,
                                    st.text(max_size=5), ints).map(list)),  # dead
 )
-deliveries = st.tuples(records, st.binary(max_size=300), ints, ints, ints)
+deliveries = st.builds(DeliveryFrame, records, st.binary(max_size=300), ints, ints, ints)
 # What a server sends (the encoder's fast path): one receipt length, small dequeue counts,
 # times in ms since 1970 (past 2^32), and the edges of that path.
-usual_deliveries = st.tuples(records, st.just(b"r" * 41), st.integers(0, 30),
+usual_deliveries = st.builds(DeliveryFrame, records, st.just(b"r" * 41), st.integers(0, 30),
                              st.integers(2**32 - 2, 2**41), st.integers(2**32 - 2, 2**41))
 request_ids = st.integers(min_value=1, max_value=2**63 - 1)
 
@@ -456,10 +503,57 @@ def test_receive_response_splices_records_byte_identically(request_id: int, item
     assert receive_response_overhead(request_id, len(items)) + sum(map(delivery_size, items)) == len(body)
 
 
+def expected_receive_body(request_id: int, items: list[DeliveryFrame]) -> bytes:
+    return cbor2.dumps([request_id, None, {"messages": [
+        [cbor2.loads(record), receipt, count, first, next_visible]
+        for record, receipt, count, first, next_visible in items]}])
+
+
+# A batch of first deliveries (what most receives answer): one receipt length, dequeue count
+# and pair of times for all, at the edges of each integer's head widths.
+edge_ints = st.sampled_from([0, 1, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32,
+                             1_764_000_000_000, 2**64 - 1])
+
+
+@settings(max_examples=300)
+@given(request_ids, st.lists(records, min_size=1, max_size=30),
+       st.sampled_from([0, 23, 24, 41, 255, 256]), st.one_of(edge_ints, ints),
+       st.one_of(edge_ints, ints), st.one_of(edge_ints, ints))
+def test_receive_response_of_a_uniform_batch_is_byte_identical_to_cbor2(
+        request_id: int, stored: list[bytes], receipt_bytes: int, count: int, first: int,
+        next_visible: int) -> None:
+    items = [DeliveryFrame(record, bytes([n % 256]) * receipt_bytes, count, first, next_visible)
+             for n, record in enumerate(stored)]
+    assert encode_receive_response(request_id, items) == frame(expected_receive_body(request_id, items))
+
+
+@settings(max_examples=100)
+@given(request_ids, st.lists(records, min_size=2, max_size=10), st.integers(0, 3))
+def test_receive_response_of_a_batch_differing_in_one_delivery_is_byte_identical_to_cbor2(
+        request_id: int, stored: list[bytes], field: int) -> None:
+    items = [DeliveryFrame(record, b"r" * 41, 1, 1_764_000_000_000, 1_764_000_030_000)
+             for record in stored]
+    last = list(items[-1])
+    last[1 + field] = b"r" * 40 if field == 0 else 25  # receipt, count or a time
+    items[-1] = DeliveryFrame(*last)
+    assert encode_receive_response(request_id, items) == frame(expected_receive_body(request_id, items))
+
+
+@pytest.mark.parametrize("count", [1, 5, 6, 16])
+def test_the_engines_deliveries_are_spliced_as_their_tuples_would_be(count: int) -> None:
+    record = cbor2.dumps(["id", b"body", None, None, 1, 2, 3, bytes(16), None])
+    items = [DeliveryFrame(record, bytes([n]) * 41, 1, 1_764_000_000_000, 1_764_000_030_000)
+             for n in range(count)]
+    deliveries = [Delivery(*item) for item in items]
+    assert encode_receive_response(3, deliveries) == encode_receive_response(3, items)
+    assert encode_receive_response(3, deliveries) == frame(expected_receive_body(3, items))
+    assert sum(map(delivery_size, deliveries)) == sum(map(delivery_size, items))
+
+
 @pytest.mark.parametrize("count", [0, 1, 23, 24, 255, 256])
 def test_receive_response_sizes_are_exact_across_array_head_widths(count: int) -> None:
     record = cbor2.dumps(["id", b"body", None, None, 1, 2, 3, bytes(16), None])
-    items = [(record, b"r" * 24, 1, 1_700_000_000_000, 1_700_000_030_000)] * count
+    items = [DeliveryFrame(record, b"r" * 24, 1, 1_700_000_000_000, 1_700_000_030_000)] * count
     body = encode_receive_response(70000, items)[4:]
     assert cbor2.loads(body)[2]["messages"] == [[cbor2.loads(record), b"r" * 24, 1,
                                                   1_700_000_000_000, 1_700_000_030_000]] * count
@@ -498,6 +592,26 @@ def test_send_response_is_byte_identical_to_cbor2(request_id: int, results: list
         entry.to_wire() if isinstance(entry, LaminaError)
         else [entry.id, entry.enqueue_time, entry.md5] for entry in results]}]
     assert data == frame(cbor2.dumps(structure))
+
+
+# Ids of one length in characters; ASCII ones (as the engine's) are one length in bytes too.
+same_length_ids = st.one_of(
+    st.lists(st.text(st.characters(max_codepoint=127), min_size=5, max_size=5), min_size=1, max_size=30),
+    st.lists(st.text(min_size=5, max_size=5), min_size=1, max_size=30))
+
+
+@settings(max_examples=200)
+@given(request_ids, same_length_ids, st.one_of(edge_ints, ints), st.booleans())
+def test_send_response_of_a_batch_accepted_at_one_time_is_byte_identical_to_cbor2(
+        request_id: int, ids: list[str], enqueue_time: int, refuse_last: bool) -> None:
+    results: list[Any] = [Sent(message_id, enqueue_time, bytes([n % 256]) * 16)
+                          for n, message_id in enumerate(ids)]
+    if refuse_last:
+        results[-1] = LaminaError("refused")
+    structure = [request_id, None, {"results": [
+        entry.to_wire() if isinstance(entry, LaminaError)
+        else [entry.id, entry.enqueue_time, entry.md5] for entry in results]}]
+    assert encode_send_response(request_id, results) == frame(cbor2.dumps(structure))
 
 
 @settings(max_examples=200)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina.engine.errors import InternalError, InvalidArgument, QueueNotFound, Unauthorized
-from lamina.wire import protocol
+from lamina.wire import auth, protocol
 from lamina.engine.records import cbor_head as encode_head
 from lamina.wire.framing import MIN_MAX_FRAME_BYTES, PRE_AUTH_MAX_FRAME_BYTES
 from lamina.wire.answers import EntriesAnswer, MapAnswer, PeekAnswer, ReceiveAnswer, SendAnswer
@@ -154,6 +154,15 @@ def test_requests_before_protocol_error_are_still_delivered() -> None:
     assert events[:2] == [Request(1, "ping", {}), Request(2, "ping", {})]
     assert isinstance(events[2], ProtocolViolation) and len(events) == 3  # request 3 unparsed
     assert conn.protocol_error is events[2].error
+
+
+@pytest.mark.parametrize("bad_header", [b"\x00\x00\x00\x00", b"\xff\xff\xff\xff"])
+def test_requests_before_a_refused_frame_length_are_still_delivered(bad_header: bytes) -> None:
+    conn = greeted_server()
+    events = conn.receive_data(request(1) + request(2) + bad_header + request(3))
+    assert events[:2] == [Request(1, "ping", {}), Request(2, "ping", {})]
+    assert isinstance(events[2], ProtocolViolation) and len(events) == 3
+    assert "frame" in events[2].message
 
 
 def test_receive_data_after_a_violation_is_our_misuse() -> None:
@@ -517,7 +526,7 @@ def test_verify_accepts_only_the_right_signature() -> None:
 def test_verify_compares_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real = hmac.compare_digest
-    monkeypatch.setattr(protocol.hmac, "compare_digest", lambda a, b: calls.append(1) or real(a, b))
+    monkeypatch.setattr(auth.hmac, "compare_digest", lambda a, b: calls.append(1) or real(a, b))
     verify_auth_signature("s3cret", NONCE, "key-1", b"x" * hashlib.sha256().digest_size)
     assert calls == [1]
 
