@@ -163,6 +163,7 @@ class Appender:
         plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
         plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
         written = bytes_in = refused = 0
+        next_topic_id = q.next_topic_id
         for index, raw in enumerate(messages):
             if capacity <= 0 and type(raw) is not _Entry:
                 append(QueueFull(f"messages[{index}]: queue {q.name!r} retains max_messages "
@@ -220,8 +221,8 @@ class Appender:
                 first_ready[lane] = seq
             if (segment is None or segment.count >= max_count or segment.size_bytes >= max_bytes
                     or now >= segment_end_ms):
-                if segment is not None:
-                    batch_put(keys.segment_key(qid, segment.first_seq), segment.encode(),
+                if segment is not None:  # sealed: its row is final
+                    batch_put(keys.segment_key(qid, segment.first_seq), segment.encode_saved(),
                               store.segments_h)
                     written += 1
                 segment = Segment(seq, seq, now, now, 0, 0)
@@ -238,8 +239,9 @@ class Appender:
             self._count_sent(q, results, messages, len(results) - refused, bytes_in)
             put = store.put
             if now > q.indexed_ms:
-                put(store.time_h, keys.time_key(qid, now, min(first_in_lane.values())), b"")
-                q.indexed_ms = now
+                first_seq = min(first_in_lane.values())
+                put(store.time_h, keys.time_key(qid, now, first_seq), b"")
+                q.indexed_ms, q.indexed_seq = now, first_seq
             q.last_time_ms = now
             if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
                 q.oldest_live_ms = now
@@ -261,9 +263,18 @@ class Appender:
                         moved = True
                 if moved:
                     put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
-            put(store.segments_h, keys.segment_key(qid, segment.first_seq),  # type: ignore
-                segment.encode())  # type: ignore[union-attr]
-            context._persist_watermarks(q)
+            # Neither the watermarks (only next_seq changed, which the log tells) nor, mostly,
+            # the open segment's row are written: reading the queue derives them from the log
+            # (``loading.read_queue``). A key of the queue is noted as written all the same,
+            # so that a failed write rebuilds it (recovery.py).
+            assert segment is not None  # a message was appended
+            segment_key = keys.segment_key(qid, segment.first_seq)
+            if segment.row_lags():
+                put(store.segments_h, segment_key, segment.encode_saved())
+            else:
+                store.written.append(segment_key)
+            if q.next_topic_id != next_topic_id:
+                context._persist_watermarks(q)
             context._notify(q)
         return results
 
@@ -295,14 +306,16 @@ class Appender:
 
     def _count_sent(self, q: QueueState, results: list[Any], messages: list[Any],
                     sent_count: int, bytes_in: int) -> None:
-        """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag for the messages the
-        tag receives (a filtered tag decodes the attributes of each)."""
+        """Daily ``sent`` / ``bytes_in``: once for the queue, and per filtered tag for the
+        messages the tag receives (decoding the attributes of each); a tag without a filter
+        counts only what it does not receive, the sends before its start (counters.py)."""
         counters, now = self._context._counters, self._context._now
         accepted: list[tuple[Any, Any]] | None = None
         counters.count(q.id, 0, SENT, sent_count, BYTES_IN, bytes_in)
         for t in q.tags.values():
-            if t.filter is None and t.start_ms <= now:
-                counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
+            if t.filter is None:
+                if t.start_ms > now:
+                    counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
                 continue
             if accepted is None:
                 accepted = [(raw, sent) for raw, sent in zip(messages, results)
@@ -310,8 +323,7 @@ class Appender:
             count = size = 0
             for raw, sent in accepted:
                 attributes, body_size, _ = self._sent_attributes(raw)
-                if t.start_ms <= now and (t.filter is None
-                                          or filter_matches(t.filter, attributes)):
+                if t.start_ms <= now and filter_matches(t.filter, attributes):
                     count += 1
                     size += body_size
             if count:
@@ -331,10 +343,18 @@ class Appender:
                 t.delay_hint = visible
 
     def _open_segment(self, q: QueueState, now: int) -> Segment | None:
+        """The segment this send appends to, None when a new one starts (a full one is
+        sealed: its row, if it lags, is written final)."""
         if not q.segments:
             return None
         segment = q.segments[-1]
-        return None if self._segment_full(segment, now) else segment
+        if not self._segment_full(segment, now):
+            return segment
+        if segment.saved_count != segment.count:
+            store = self._context._store
+            store.put(store.segments_h, keys.segment_key(q.id, segment.first_seq),
+                      segment.encode_saved())
+        return None
 
     def _segment_full(self, segment: Segment, now: int) -> bool:
         return (segment.count >= self._context.segment_max_messages

@@ -3,6 +3,12 @@
 Rows: ``meta`` ``b"D" | queue | tag | day`` -> 7 x u64 in ``FIELDS`` order; tag 0 holds the
 queue's own figures (``sent`` and ``bytes_in`` counted once per message). Today's rows live in
 memory while they change and are written with the operation that changed them.
+
+A tag without a filter receives every message sent from its start on, so a send does not
+write its row: its ``sent`` / ``bytes_in`` are the queue's (from the day it was created) less
+what its own row holds there, the sends of those days it did not receive — those of its day
+of creation before it existed, and those before its start (``tag_created``, ``count_sent``).
+A filtered tag counts the messages it receives in its own row.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from . import keys
+from .loading import tag_definitions
+from .state import TagState
 from .store import Store
 
 FIELDS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
@@ -59,6 +67,14 @@ class Counters:
             row[field2] += amount2
         self.dirty.add(row_key)
 
+    def tag_created(self, queue: int, tag: int) -> None:
+        """A tag without a filter was created: today's sends so far are sends it did not
+        receive (module docstring)."""
+        row_key = (queue, 0, self._context._now // DAY_MS)
+        row = self._rows.get(row_key) or self._load(row_key)
+        if row[SENT]:
+            self.count(queue, tag, SENT, row[SENT], BYTES_IN, row[BYTES_IN])
+
     def _load(self, row_key: tuple[int, int, int]) -> list[int]:
         """Today's row of (queue, tag), from the store (or new), kept in the cache."""
         context = self._context
@@ -98,21 +114,59 @@ class Counters:
             lower = keys.day_key(queue, tag, 0)
             store.delete_range(store.meta_h, lower, keys.day_key(queue, tag + 1, 0))
 
-    def days(self, queue: int, tag: int | None, days: int) -> list[dict[str, Any]]:
+    def days(self, queue: int, tag: TagState | None, days: int) -> list[dict[str, Any]]:
         """Newest first, days without activity omitted. ``tag`` None: the queue's totals."""
         today = self._context._now // DAY_MS
         first = today - days + 1
         totals: dict[int, list[int]] = {}
+        # A tag without a filter: the queue's sends from its day of creation, less its own.
+        follows = tag is not None and tag.filter is None
+        from_day = tag.created // DAY_MS if tag is not None else 0
         lower, upper = keys.day_bounds(queue)
         for key, value in Store.items(self._context._store.meta, lower, upper):
             _, row_tag, day = keys.day_key_decode(key)
-            if day < first or day > today or (tag is not None and row_tag != tag):
+            if day < first or day > today:
                 continue
             row = _ROW.unpack(value)
+            if tag is not None and row_tag != tag.id:
+                if follows and row_tag == 0 and day >= from_day:
+                    total = totals.setdefault(day, [0] * len(FIELDS))
+                    total[SENT] += row[SENT]
+                    total[BYTES_IN] += row[BYTES_IN]
+                continue
             total = totals.setdefault(day, [0] * len(FIELDS))
             for index, amount in enumerate(row):
-                if tag is None and index in (SENT, BYTES_IN) and row_tag != 0:
-                    continue  # per-tag sends are the tag's view; the queue counts once
+                if index in (SENT, BYTES_IN):
+                    if tag is None and row_tag != 0:
+                        continue  # per-tag sends are the tag's view; the queue counts once
+                    if follows:
+                        amount = -amount  # sends of the queue the tag did not receive
                 total[index] += amount
         return [dict(day=day_name(day), **dict(zip(FIELDS, totals[day])))
                 for day in sorted(totals, reverse=True) if any(totals[day])]
+
+
+def migrate_tag_rows(store: Store) -> None:
+    """Schema version 2 -> 3: the row of a tag without a filter held the sends it received;
+    it holds those of the queue it did not receive now (module docstring). Puts the rows
+    (the caller writes them with the new version)."""
+    for key, value in Store.items(store.meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
+        queue = keys.queue_def_id(key)
+        rows: dict[tuple[int, int], list[int]] = {}
+        for day_key, value in Store.items(store.meta, *keys.day_bounds(queue)):
+            _, tag, day = keys.day_key_decode(day_key)
+            rows[tag, day] = list(_ROW.unpack(value))
+        queue_days = {day for tag, day in rows if tag == 0}
+        for tag, definition in tag_definitions(store, queue):
+            if definition["filter"] is not None:
+                continue
+            from_day = definition["created"] // DAY_MS
+            tag_days = {day for row_tag, day in rows if row_tag == tag}
+            for day in sorted(queue_days | tag_days):
+                if day < from_day:
+                    continue
+                queue_row = rows.get((0, day), [0] * len(FIELDS))
+                row = rows.get((tag, day), [0] * len(FIELDS))
+                row[SENT] = max(0, queue_row[SENT] - row[SENT])
+                row[BYTES_IN] = max(0, queue_row[BYTES_IN] - row[BYTES_IN])
+                store.put(store.meta_h, keys.day_key(queue, tag, day), _ROW.pack(*row))

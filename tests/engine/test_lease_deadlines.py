@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
 from lamina.engine import Engine, keys
+from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.dueindex import DueIndex
 from lamina.engine.store import COLUMN_FAMILIES
 
@@ -104,7 +105,7 @@ def test_schema_1_directory_is_migrated_on_open(tmp_path, clock):
         db.get_column_family("meta")[keys.META_VERSION] = keys.u32(1)
         del timers
     with Engine.open(path, clock=clock) as engine:
-        assert engine._store.meta[keys.META_VERSION] == keys.u32(2)
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION)
         assert "timers" not in Rdict.list_cf(str(path / "db"))
         assert engine.receive("q") == []  # still Inflight: its deadline was rebuilt
         clock.advance(31_000)
@@ -117,6 +118,6 @@ def test_a_newer_schema_is_refused(tmp_path, clock):
     path = tmp_path / "data"
     Engine.open(path, clock=clock).close()
     with raw_store(path) as db:
-        db.get_column_family("meta")[keys.META_VERSION] = keys.u32(3)
-    with pytest.raises(RuntimeError, match="schema version 3"):
+        db.get_column_family("meta")[keys.META_VERSION] = keys.u32(SCHEMA_VERSION + 1)
+    with pytest.raises(RuntimeError, match=f"schema version {SCHEMA_VERSION + 1}"):
         Engine.open(path, clock=clock)
