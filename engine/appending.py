@@ -18,7 +18,7 @@ from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
 from .records import PREFIX, cbor_head, cbor_uint, encode_record, message_id, parse_message_id
 from .results import Sent
 from .scope import filter_matches
-from .state import QueueState, Segment, TagState
+from .state import DAY_MS, QueueState, Segment, TagState
 from .store import Store
 from .topics import Topics
 from .validation import (
@@ -264,13 +264,14 @@ class Appender:
                 if moved:
                     put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
             # Neither the watermarks (only next_seq changed, which the log tells) nor, mostly,
-            # the open segment's row are written: reading the queue derives them from the log
-            # (``loading.read_queue``). A key of the queue is noted as written all the same,
-            # so that a failed write rebuilds it (recovery.py).
+            # the open segment's row and the queue's counters are written: reading the queue
+            # derives them from the log (``loading.read_queue``). A key of the queue is noted
+            # as written all the same, so that a failed write rebuilds it (recovery.py).
             assert segment is not None  # a message was appended
             segment_key = keys.segment_key(qid, segment.first_seq)
             if segment.row_lags():
                 put(store.segments_h, segment_key, segment.encode_saved())
+                context._counters.save_sends(q)  # the sends up to its last_seq: counters.py
             else:
                 store.written.append(segment_key)
             if q.next_topic_id != next_topic_id:
@@ -311,7 +312,12 @@ class Appender:
         counts only what it does not receive, the sends before its start (counters.py)."""
         counters, now = self._context._counters, self._context._now
         accepted: list[tuple[Any, Any]] | None = None
-        counters.count(q.id, 0, SENT, sent_count, BYTES_IN, bytes_in)
+        sends = q.unsaved_sends.get(now // DAY_MS)  # the queue's: counters.py
+        if sends is None:
+            q.unsaved_sends[now // DAY_MS] = [sent_count, bytes_in]
+        else:
+            sends[0] += sent_count
+            sends[1] += bytes_in
         for t in q.tags.values():
             if t.filter is None:
                 if t.start_ms > now:

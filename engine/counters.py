@@ -2,7 +2,11 @@
 
 Rows: ``meta`` ``b"D" | queue | tag | day`` -> 7 x u64 in ``FIELDS`` order; tag 0 holds the
 queue's own figures (``sent`` and ``bytes_in`` counted once per message). Today's rows live in
-memory while they change and are written with the operation that changed them.
+memory while they change and are written with the operation that changed them, except the
+queue's sends: those are added to its rows when the open segment's row is written (with it, in
+one batch), so the rows hold exactly the messages up to that row's ``last_seq``; the sends
+after it are ``QueueState.unsaved_sends``, counted again from the log when the queue is read
+(``loading.read_queue``), and every read of the figures adds them.
 
 A tag without a filter receives every message sent from its start on, so a send does not
 write its row: its ``sent`` / ``bytes_in`` are the queue's (from the day it was created) less
@@ -19,14 +23,13 @@ from typing import Any, Protocol
 
 from . import keys
 from .loading import tag_definitions
-from .state import TagState
+from .state import DAY_MS, QueueState, TagState
 from .store import Store
 
 FIELDS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
 SENT, RECEIVED, DELETED, DEAD, EXPIRED, BYTES_IN, BYTES_OUT = range(7)
 _ROW = struct.Struct(">7Q")
 KEEP_DAYS = 31
-DAY_MS = 86_400_000
 
 
 def day_name(day: int) -> str:
@@ -67,13 +70,26 @@ class Counters:
             row[field2] += amount2
         self.dirty.add(row_key)
 
-    def tag_created(self, queue: int, tag: int) -> None:
+    def save_sends(self, q: QueueState) -> None:
+        """Add the queue's unsaved sends to its rows (the caller writes the open segment's
+        row in the same batch: module docstring)."""
+        for day, (sent, bytes_in) in q.unsaved_sends.items():
+            row_key = (q.id, 0, day)
+            row = self._rows.get(row_key) or self._load(row_key)
+            row[SENT] += sent
+            row[BYTES_IN] += bytes_in
+            self.dirty.add(row_key)
+        q.unsaved_sends.clear()
+
+    def tag_created(self, q: QueueState, tag: int) -> None:
         """A tag without a filter was created: today's sends so far are sends it did not
         receive (module docstring)."""
-        row_key = (queue, 0, self._context._now // DAY_MS)
+        today = self._context._now // DAY_MS
+        row_key = (q.id, 0, today)
         row = self._rows.get(row_key) or self._load(row_key)
-        if row[SENT]:
-            self.count(queue, tag, SENT, row[SENT], BYTES_IN, row[BYTES_IN])
+        sent, bytes_in = q.unsaved_sends.get(today, (0, 0))
+        if row[SENT] + sent:
+            self.count(q.id, tag, SENT, row[SENT] + sent, BYTES_IN, row[BYTES_IN] + bytes_in)
 
     def _load(self, row_key: tuple[int, int, int]) -> list[int]:
         """Today's row of (queue, tag), from the store (or new), kept in the cache."""
@@ -114,7 +130,7 @@ class Counters:
             lower = keys.day_key(queue, tag, 0)
             store.delete_range(store.meta_h, lower, keys.day_key(queue, tag + 1, 0))
 
-    def days(self, queue: int, tag: TagState | None, days: int) -> list[dict[str, Any]]:
+    def days(self, q: QueueState, tag: TagState | None, days: int) -> list[dict[str, Any]]:
         """Newest first, days without activity omitted. ``tag`` None: the queue's totals."""
         today = self._context._now // DAY_MS
         first = today - days + 1
@@ -122,7 +138,13 @@ class Counters:
         # A tag without a filter: the queue's sends from its day of creation, less its own.
         follows = tag is not None and tag.filter is None
         from_day = tag.created // DAY_MS if tag is not None else 0
-        lower, upper = keys.day_bounds(queue)
+        if tag is None or follows:
+            for day, (sent, bytes_in) in q.unsaved_sends.items():
+                if first <= day <= today and day >= from_day:
+                    total = totals.setdefault(day, [0] * len(FIELDS))
+                    total[SENT] += sent
+                    total[BYTES_IN] += bytes_in
+        lower, upper = keys.day_bounds(q.id)
         for key, value in Store.items(self._context._store.meta, lower, upper):
             _, row_tag, day = keys.day_key_decode(key)
             if day < first or day > today:

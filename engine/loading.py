@@ -12,8 +12,17 @@ from typing import Any, Iterator
 import cbor2
 
 from . import keys
-from .records import PREFIX, PREFIX_SIZE
-from .state import DEAD_MARK, DEFAULT_LANE, LANE_RANGE, Lease, QueueState, Segment, TagState
+from .records import PREFIX, PREFIX_SIZE, body_size
+from .state import (
+    DAY_MS,
+    DEAD_MARK,
+    DEFAULT_LANE,
+    LANE_RANGE,
+    Lease,
+    QueueState,
+    Segment,
+    TagState,
+)
 from .store import Store
 
 
@@ -45,8 +54,9 @@ def read_queue(store: Store, queue_id: int, definition: dict[str, Any],
 
 
 def _complete_open_segment(store: Store, q: QueueState, segment: Segment) -> None:
-    """Add the log rows after the open segment's stored ``last_seq`` to it: at most
-    ``SEGMENT_SAVE_MESSAGES`` messages or about ``SEGMENT_SAVE_BYTES`` bytes."""
+    """Add the log rows after the open segment's stored ``last_seq`` to it (at most
+    ``SEGMENT_SAVE_MESSAGES`` messages or about ``SEGMENT_SAVE_BYTES`` bytes): they are also
+    the sends the queue's counter rows do not hold yet (``QueueState.unsaved_sends``)."""
     tail = max(q.lane_tail)
     if tail <= segment.last_seq:
         return
@@ -58,6 +68,9 @@ def _complete_open_segment(store: Store, q: QueueState, segment: Segment) -> Non
             enqueue_ms = PREFIX.unpack_from(value)[0]
             if enqueue_ms > segment.last_ms:
                 segment.last_ms = enqueue_ms
+            sends = q.unsaved_sends.setdefault(enqueue_ms // DAY_MS, [0, 0])
+            sends[0] += 1
+            sends[1] += body_size(value[PREFIX_SIZE:])
     segment.last_seq = tail
 
 

@@ -44,6 +44,8 @@ ENDED_DELETED = 4  # deleted after delivery: on disk only (never loaded into mem
 SEGMENT_SAVE_MESSAGES = 1024
 SEGMENT_SAVE_BYTES = 1 << 20
 
+DAY_MS = 86_400_000  # a day of the daily counters (UTC)
+
 NO_DELAYED = 1 << 63  # QueueState.delayseq_from when no tag holds a delayed message
 # The prefix's topic field: 0 no topic; 1 .. 2^31-1 a topic id; DEAD_MARK | tag id marks a
 # dead-letter copy and names the tag it died under (so redrive never decodes other records).
@@ -293,6 +295,9 @@ class QueueState:
     last_time_ms: int = -1           # newest production time
     indexed_ms: int = -1             # newest ms with a time-index entry (-1: index again)
     indexed_seq: int = -1            # the seq of that entry when known (-1: read the index)
+    # Sends not yet in the queue's counter rows, day -> [messages, body bytes]: those after
+    # the ``last_seq`` of the open segment's row (counters.py), rebuilt from the log at open.
+    unsaved_sends: dict[int, list[int]] = field(default_factory=dict)
     oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 none
     segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
     tags: dict[int, TagState] = field(default_factory=dict)

@@ -3,7 +3,11 @@ row, the open segment's row only now and then; opening derives both from the log
 
 from __future__ import annotations
 
+import signal
 import struct
+import subprocess
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -86,21 +90,46 @@ def test_a_version_2_directory_opens_unchanged_and_is_marked_version_3(tmp_path,
         engine.create_queue("q")
         for index in range(5):
             engine.send("q", [b"m%d" % index])
-        queue_id = engine._queue_names["q"]
-        q = engine._queues[queue_id]
-        watermarks, segment = q.encode_watermarks(), q.segments[-1].encode()
-        before = storage(engine, "q")
-    # Version 2 wrote the watermarks and the open segment's row with every send.
-    with raw_store(path) as db:
-        meta, segments = db.get_column_family("meta"), db.get_column_family("segments")
-        meta[keys.META_VERSION] = keys.u32(2)
-        meta[keys.watermarks_key(queue_id)] = watermarks
-        segments[keys.segment_key(queue_id, 0)] = segment
-        del meta, segments  # a family keeps the database open
+        rows = version_2_rows(engine, "q")
+        before = storage(engine, "q"), engine.stats("q")
+    write_version_2(path, rows)
     with Engine.open(path, clock=clock) as engine:
         assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(3)
-        assert storage(engine, "q") == before
+        assert (storage(engine, "q"), engine.stats("q")) == before
         assert [d.body for d in engine.receive("q", max=10)] == [b"m%d" % i for i in range(5)]
+        engine.send("q", [b"m5"])
+        assert engine.stats("q")[0]["sent"] == 6
+
+
+FIELDS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
+
+
+def version_2_rows(engine: Engine, queue: str) -> dict[tuple[str, bytes], bytes]:
+    """The rows of ``queue`` as version 2 wrote them, where version 3's may differ: the
+    watermarks and segment rows complete, the counter rows of the queue (tag 0) holding every
+    send, those of each tag without a filter the sends it received."""
+    q = engine._queues[engine._queue_names[queue]]
+    rows = {("meta", keys.watermarks_key(q.id)): q.encode_watermarks()}
+    for segment in q.segments:
+        rows["segments", keys.segment_key(q.id, segment.first_seq)] = segment.encode()
+    tags = [(0, None)] + [(t.id, t.name) for t in q.tags.values() if t.filter is None]
+    for tag_id, name in tags:
+        for day in engine.stats(queue, tag=name, days=31):
+            number = int(datetime.strptime(day["day"], "%Y-%m-%d").replace(
+                tzinfo=timezone.utc).timestamp()) // 86400
+            row = [day[field] if tag_id or field in ("sent", "bytes_in") else 0
+                   for field in FIELDS]
+            rows["meta", keys.day_key(q.id, tag_id, number)] = struct.pack(">7Q", *row)
+    return rows
+
+
+def write_version_2(path: Path, rows: dict[tuple[str, bytes], bytes]) -> None:
+    with raw_store(path) as db:
+        families = {name: db.get_column_family(name) for name in ("meta", "segments")}
+        families["meta"][keys.META_VERSION] = keys.u32(2)
+        for (family, key), value in rows.items():
+            families[family][key] = value
+        del families  # a family keeps the database open
 
 
 DAY_MS = 86_400_000
@@ -134,22 +163,45 @@ def test_version_2_counter_rows_are_migrated(tmp_path, clock):
         engine.receive("q", "late")
         clock.advance(DAY_MS)
         engine.send("q", [b"next day"])
-        queue_id = engine._queue_names["q"]
-        tags = {name: engine._queues[queue_id].tag_named(name).id  # type: ignore[union-attr]
-                for name in ("default", "late", "eu")}
-        before = {name: engine.stats("q", tag=name) for name in (None, *tags)}
-    # Version 2 counted every tag's sends in its own row.
-    with raw_store(path) as db:
-        meta = db.get_column_family("meta")
-        meta[keys.META_VERSION] = keys.u32(2)
-        for name in ("default", "late"):
-            for day in before[name]:
-                day_number = clock.now_ms // DAY_MS - (day["day"] != before[None][0]["day"])
-                key = keys.day_key(queue_id, tags[name], day_number)
-                row = [day[field] for field in ("sent", "received", "deleted", "dead",
-                                                "expired", "bytes_in", "bytes_out")]
-                meta[key] = struct.pack(">7Q", *row)
-        del meta
+        names = (None, "default", "late", "eu")
+        before = {name: engine.stats("q", tag=name) for name in names}
+        rows = version_2_rows(engine, "q")
+    write_version_2(path, rows)
     with Engine.open(path, clock=clock) as engine:
-        assert {name: engine.stats("q", tag=name) for name in (None, *tags)} == before
+        assert {name: engine.stats("q", tag=name) for name in names} == before
     assert before["late"][1]["sent"] == 2 and before["default"][1]["sent"] == 3
+
+
+CHILD = """
+import os, signal, sys
+from lamina.engine import Engine
+engine = Engine.open(sys.argv[1], segment_max_messages=700)
+engine.create_queue("q")
+sent = size = 0
+for index in range(2500):
+    if index == 1000:
+        engine.create_tag("q", "later")
+    bodies = [b"x" * (index % 300 + 1)] * (index % 3 + 1)
+    engine.send("q", bodies)
+    sent += len(bodies)
+    size += sum(len(body) for body in bodies)
+print(sent, size, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_counters_and_segments_are_exact_after_a_killed_process(tmp_path):
+    path = tmp_path / "data"
+    child = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
+                           text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    sent, size = map(int, child.stdout.split())
+    with Engine.open(path) as engine:
+        days = engine.stats("q")  # one day, or two across midnight
+        assert (sum(d["sent"] for d in days), sum(d["bytes_in"] for d in days)) == (sent, size)
+        stats = engine.get_queue("q").stats
+        assert (stats["messages"], stats["segments"]) == (sent, -(-sent // 700))
+        later = sum(d["sent"] for d in engine.stats("q", tag="later"))
+        (next_id,) = engine.send("q", [b"after"])
+    assert 0 < later < sent and next_id.id.endswith(f"{sent:016x}7")
