@@ -133,6 +133,9 @@ class Appender:
 
     def __init__(self, context: AppendContext) -> None:
         self._context = context
+        # (now, log prefix, record tail) of a plain message (``append``) at the last ``now``:
+        # sends in the same millisecond share them.
+        self._plain: tuple[int, bytes, bytes] = (-1, b"", b"")
 
     def append(self, q: QueueState, messages: list[Any], now: int) -> list[Sent | LaminaError]:
         """Assign seqs and write records. The hot path: everything that is the same for the
@@ -152,16 +155,24 @@ class Appender:
         old_tails: dict[int, int] = {}
         first_ready: dict[int, int] = {}  # first non-delayed new seq per lane
         delayed_seqs: set[int] = set()
-        segment = self._open_segment(q, now)
+        segment = q.segments[-1] if q.segments else None
         max_count, max_bytes = context.segment_max_messages, context.segment_max_bytes
+        if segment is not None and (segment.count >= max_count
+                                    or segment.size_bytes >= max_bytes
+                                    or now - segment.first_ms >= context.segment_max_age_ms):
+            self._seal(q, segment)
+            segment = None
         segment_end_ms = (segment.first_ms if segment else now) + context.segment_max_age_ms
         prefix_pack, log_key, md5_of = PREFIX.pack, keys.log_key, hashlib.md5
-        now_cbor = cbor_uint(now)
         id_prefix = f"{qid:08x}"
         # A plain message (a non-empty bytes body, default priority, no delay): record tail and
         # log prefix are the same for all of them.
-        plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
-        plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
+        plain_now, plain_prefix, plain_tail = self._plain
+        if plain_now != now:
+            now_cbor = cbor_uint(now)
+            plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
+            plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
+            self._plain = (now, plain_prefix, plain_tail)
         written = bytes_in = refused = 0
         next_topic_id = q.next_topic_id
         for index, raw in enumerate(messages):
@@ -348,21 +359,10 @@ class Appender:
             if visible < t.delay_hint:
                 t.delay_hint = visible
 
-    def _open_segment(self, q: QueueState, now: int) -> Segment | None:
-        """The segment this send appends to, None when a new one starts (a full one is
-        sealed: its row, if it lags, is written final)."""
-        if not q.segments:
-            return None
-        segment = q.segments[-1]
-        if not self._segment_full(segment, now):
-            return segment
+    def _seal(self, q: QueueState, segment: Segment) -> None:
+        """A full open segment is sealed (the send starts a new one): its row, if it lags,
+        is written final."""
         if segment.saved_count != segment.count:
             store = self._context._store
             store.put(store.segments_h, keys.segment_key(q.id, segment.first_seq),
                       segment.encode_saved())
-        return None
-
-    def _segment_full(self, segment: Segment, now: int) -> bool:
-        return (segment.count >= self._context.segment_max_messages
-                or segment.size_bytes >= self._context.segment_max_bytes
-                or now - segment.first_ms >= self._context.segment_max_age_ms)
