@@ -361,8 +361,10 @@ class Appender:
 
     def _seal(self, q: QueueState, segment: Segment) -> None:
         """A full open segment is sealed (the send starts a new one): its row, if it lags,
-        is written final."""
+        is written final, with the queue's sends up to it (counters.py) — the send may yet
+        refuse every message and start no segment."""
         if segment.saved_count != segment.count:
             store = self._context._store
             store.put(store.segments_h, keys.segment_key(q.id, segment.first_seq),
                       segment.encode_saved())
+            self._context._counters.save_sends(q)

@@ -11,7 +11,7 @@ after it are ``QueueState.unsaved_sends``, counted again from the log when the q
 A tag without a filter receives every message sent from its start on, so a send does not
 write its row: its ``sent`` / ``bytes_in`` are the queue's (from the day it was created) less
 what its own row holds there, the sends of those days it did not receive — those of its day
-of creation before it existed, and those before its start (``tag_created``, ``count_sent``).
+of creation before it existed, and those before its start (``tag_created``, appending.py).
 A filtered tag counts the messages it receives in its own row.
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lamina.engine import Engine, Unavailable, keys
+from lamina.engine import Engine, QueueFull, Unavailable, keys
 from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.state import SEGMENT_SAVE_MESSAGES, Segment
 from tests.engine.test_lease_deadlines import raw_store
@@ -64,6 +64,19 @@ def test_a_sealed_segment_gets_its_final_row(tmp_path, clock):
     rows = stored_segments(path, queue_id)
     assert [(s.first_seq, s.last_seq, s.count) for s in rows[:2]] == [(0, 2, 3), (3, 5, 3)]
     assert (rows[2].first_seq, rows[2].count) == (6, 1)
+
+
+def test_a_segment_sealed_by_a_send_that_refuses_every_message_keeps_its_counts(
+        tmp_path, clock):
+    path = tmp_path / "data"
+    with Engine.open(path, clock=clock, segment_max_messages=2) as engine:
+        engine.create_queue("q", {"max_messages": 2})
+        engine.send("q", [b"a"])  # the segment's row and the count written
+        engine.send("q", [b"b"])  # neither: the segment is full
+        (refused,) = engine.send("q", [b"c"])  # seals it, then refuses the message
+        assert isinstance(refused, QueueFull)
+    with Engine.open(path, clock=clock, segment_max_messages=2) as engine:
+        assert [(d["sent"], d["bytes_in"]) for d in engine.stats("q")] == [(2, 2)]
 
 
 def test_a_failed_send_write_changes_nothing_even_when_no_row_of_the_queue_was_put(
