@@ -13,16 +13,7 @@ import cbor2
 
 from . import keys
 from .records import PREFIX, PREFIX_SIZE, body_size
-from .state import (
-    DAY_MS,
-    DEAD_MARK,
-    DEFAULT_LANE,
-    LANE_RANGE,
-    Lease,
-    QueueState,
-    Segment,
-    TagState,
-)
+from .state import DAY_MS, DEAD_MARK, DEFAULT_LANE, LANE_RANGE, Lease, QueueState, Segment, TagState
 from .store import Store
 
 
