@@ -40,9 +40,9 @@ ENDED_DELETED = 4  # deleted after delivery: on disk only (never loaded into mem
                    # peek shows its dequeue count; dropped with its segment, or by a rewind
 
 #: The open segment's row is written at least every so many messages or record bytes
-#: (``Segment``): what reading a queue reads of the log to complete it.
-SEGMENT_SAVE_MESSAGES = 1024
-SEGMENT_SAVE_BYTES = 1 << 20
+#: (``Segment``): what reading a queue reads of the log to complete it, per queue at open.
+SEGMENT_SAVE_MESSAGES = 256
+SEGMENT_SAVE_BYTES = 256 << 10
 
 DAY_MS = 86_400_000  # a day of the daily counters (UTC)
 

@@ -39,7 +39,7 @@ def test_reopening_derives_next_seq_and_the_open_segment_from_the_log(tmp_path, 
     path = tmp_path / "data"
     with Engine.open(path, clock=clock) as engine:
         engine.create_queue("q")
-        sends = SEGMENT_SAVE_MESSAGES + 300
+        sends = SEGMENT_SAVE_MESSAGES + SEGMENT_SAVE_MESSAGES // 2
         for index in range(sends):  # two lanes
             engine.send("q", [{1: b"urgent", 4: 1} if index % 2 else b"m%d" % index])
             clock.advance(1)
