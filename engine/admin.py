@@ -231,7 +231,7 @@ class AdminOps:
             count = check_int(days, "days", 1, 31)
             self._core._advance(q, now)
             self._core._settle(q, now)
-            return self._core._counters.days(q.id, t.id if t is not None else None, count)
+            return self._core._counters.days(q, t, count)
 
     def _stats(self, q: QueueState, now: int) -> dict[str, Any]:
         live = [s for s in q.segments if s.last_seq >= q.gone_seq]

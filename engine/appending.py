@@ -18,7 +18,7 @@ from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
 from .records import PREFIX, cbor_head, cbor_uint, encode_record, message_id, parse_message_id
 from .results import Sent
 from .scope import filter_matches
-from .state import QueueState, Segment, TagState
+from .state import DAY_MS, QueueState, Segment, TagState
 from .store import Store
 from .topics import Topics
 from .validation import (
@@ -133,6 +133,9 @@ class Appender:
 
     def __init__(self, context: AppendContext) -> None:
         self._context = context
+        # (now, log prefix, record tail) of a plain message (``append``) at the last ``now``:
+        # sends in the same millisecond share them.
+        self._plain: tuple[int, bytes, bytes] = (-1, b"", b"")
 
     def append(self, q: QueueState, messages: list[Any], now: int) -> list[Sent | LaminaError]:
         """Assign seqs and write records. The hot path: everything that is the same for the
@@ -152,17 +155,26 @@ class Appender:
         old_tails: dict[int, int] = {}
         first_ready: dict[int, int] = {}  # first non-delayed new seq per lane
         delayed_seqs: set[int] = set()
-        segment = self._open_segment(q, now)
+        segment = q.segments[-1] if q.segments else None
         max_count, max_bytes = context.segment_max_messages, context.segment_max_bytes
+        if segment is not None and (segment.count >= max_count
+                                    or segment.size_bytes >= max_bytes
+                                    or now - segment.first_ms >= context.segment_max_age_ms):
+            self._seal(q, segment)
+            segment = None
         segment_end_ms = (segment.first_ms if segment else now) + context.segment_max_age_ms
         prefix_pack, log_key, md5_of = PREFIX.pack, keys.log_key, hashlib.md5
-        now_cbor = cbor_uint(now)
         id_prefix = f"{qid:08x}"
         # A plain message (a non-empty bytes body, default priority, no delay): record tail and
         # log prefix are the same for all of them.
-        plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
-        plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
+        plain_now, plain_prefix, plain_tail = self._plain
+        if plain_now != now:
+            now_cbor = cbor_uint(now)
+            plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
+            plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
+            self._plain = (now, plain_prefix, plain_tail)
         written = bytes_in = refused = 0
+        next_topic_id = q.next_topic_id
         for index, raw in enumerate(messages):
             if capacity <= 0 and type(raw) is not _Entry:
                 append(QueueFull(f"messages[{index}]: queue {q.name!r} retains max_messages "
@@ -220,8 +232,8 @@ class Appender:
                 first_ready[lane] = seq
             if (segment is None or segment.count >= max_count or segment.size_bytes >= max_bytes
                     or now >= segment_end_ms):
-                if segment is not None:
-                    batch_put(keys.segment_key(qid, segment.first_seq), segment.encode(),
+                if segment is not None:  # sealed: its row is final
+                    batch_put(keys.segment_key(qid, segment.first_seq), segment.encode_saved(),
                               store.segments_h)
                     written += 1
                 segment = Segment(seq, seq, now, now, 0, 0)
@@ -238,8 +250,9 @@ class Appender:
             self._count_sent(q, results, messages, len(results) - refused, bytes_in)
             put = store.put
             if now > q.indexed_ms:
-                put(store.time_h, keys.time_key(qid, now, min(first_in_lane.values())), b"")
-                q.indexed_ms = now
+                first_seq = min(first_in_lane.values())
+                put(store.time_h, keys.time_key(qid, now, first_seq), b"")
+                q.indexed_ms, q.indexed_seq = now, first_seq
             q.last_time_ms = now
             if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
                 q.oldest_live_ms = now
@@ -261,9 +274,19 @@ class Appender:
                         moved = True
                 if moved:
                     put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
-            put(store.segments_h, keys.segment_key(qid, segment.first_seq),  # type: ignore
-                segment.encode())  # type: ignore[union-attr]
-            context._persist_watermarks(q)
+            # Neither the watermarks (only next_seq changed, which the log tells) nor, mostly,
+            # the open segment's row and the queue's counters are written: reading the queue
+            # derives them from the log (``loading.read_queue``). A key of the queue is noted
+            # as written all the same, so that a failed write rebuilds it (recovery.py).
+            assert segment is not None  # a message was appended
+            segment_key = keys.segment_key(qid, segment.first_seq)
+            if segment.row_lags():
+                put(store.segments_h, segment_key, segment.encode_saved())
+                context._counters.save_sends(q)  # the sends up to its last_seq: counters.py
+            else:
+                store.written.append(segment_key)
+            if q.next_topic_id != next_topic_id:
+                context._persist_watermarks(q)
             context._notify(q)
         return results
 
@@ -295,14 +318,21 @@ class Appender:
 
     def _count_sent(self, q: QueueState, results: list[Any], messages: list[Any],
                     sent_count: int, bytes_in: int) -> None:
-        """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag for the messages the
-        tag receives (a filtered tag decodes the attributes of each)."""
+        """Daily ``sent`` / ``bytes_in``: once for the queue, and per filtered tag for the
+        messages the tag receives (decoding the attributes of each); a tag without a filter
+        counts only what it does not receive, the sends before its start (counters.py)."""
         counters, now = self._context._counters, self._context._now
         accepted: list[tuple[Any, Any]] | None = None
-        counters.count(q.id, 0, SENT, sent_count, BYTES_IN, bytes_in)
+        sends = q.unsaved_sends.get(now // DAY_MS)  # the queue's: counters.py
+        if sends is None:
+            q.unsaved_sends[now // DAY_MS] = [sent_count, bytes_in]
+        else:
+            sends[0] += sent_count
+            sends[1] += bytes_in
         for t in q.tags.values():
-            if t.filter is None and t.start_ms <= now:
-                counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
+            if t.filter is None:
+                if t.start_ms > now:
+                    counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
                 continue
             if accepted is None:
                 accepted = [(raw, sent) for raw, sent in zip(messages, results)
@@ -310,8 +340,7 @@ class Appender:
             count = size = 0
             for raw, sent in accepted:
                 attributes, body_size, _ = self._sent_attributes(raw)
-                if t.start_ms <= now and (t.filter is None
-                                          or filter_matches(t.filter, attributes)):
+                if t.start_ms <= now and filter_matches(t.filter, attributes):
                     count += 1
                     size += body_size
             if count:
@@ -330,13 +359,12 @@ class Appender:
             if visible < t.delay_hint:
                 t.delay_hint = visible
 
-    def _open_segment(self, q: QueueState, now: int) -> Segment | None:
-        if not q.segments:
-            return None
-        segment = q.segments[-1]
-        return None if self._segment_full(segment, now) else segment
-
-    def _segment_full(self, segment: Segment, now: int) -> bool:
-        return (segment.count >= self._context.segment_max_messages
-                or segment.size_bytes >= self._context.segment_max_bytes
-                or now - segment.first_ms >= self._context.segment_max_age_ms)
+    def _seal(self, q: QueueState, segment: Segment) -> None:
+        """A full open segment is sealed (the send starts a new one): its row, if it lags,
+        is written final, with the queue's sends up to it (counters.py) — the send may yet
+        refuse every message and start no segment."""
+        if segment.saved_count != segment.count:
+            store = self._context._store
+            store.put(store.segments_h, keys.segment_key(q.id, segment.first_seq),
+                      segment.encode_saved())
+            self._context._counters.save_sends(q)

@@ -27,7 +27,7 @@ import cbor2
 from . import keys
 from .appending import Appender
 from .clock import Clock, EngineClock, wall_clock_ms
-from .counters import EXPIRED, Counters
+from .counters import EXPIRED, Counters, migrate_tag_rows
 from .deadlines import Deadlines
 from .deadmoves import DeadLetters
 from .errors import (
@@ -126,9 +126,13 @@ class EngineCore(StoreRecovery):
         if version is None or found != SCHEMA_VERSION:
             # Version 1 kept lease deadlines in a ``timers`` family as well; they are rebuilt
             # from the lease rows now, so migrating is dropping that family. Version 3 adds
-            # the ``leasebatches`` family (created empty by the open): version 2 rows are
+            # the ``leasebatches`` family (created empty by the open: version 2 lease rows are
+            # read as they are) and writes fewer rows per send (docs/STORAGE.md): the counter
+            # rows of tags without a filter change meaning; watermarks and segment rows are
             # read as they are.
             store.drop_legacy_families()
+            if version is not None:
+                migrate_tag_rows(store)
             store.put(store.meta_h, keys.META_VERSION, keys.u32(SCHEMA_VERSION))
             store.flush()
         clock = meta.get(keys.META_CLOCK)
@@ -306,6 +310,8 @@ class EngineCore(StoreRecovery):
         the time index, O(log n)."""
         if time_ms > q.last_time_ms:
             return q.next_seq
+        if time_ms == q.indexed_ms and q.indexed_seq >= 0:  # the newest entry, known
+            return q.indexed_seq
         lower, upper = keys.time_key(q.id, time_ms, 0), keys.time_queue_upper(q.id)
         it = Store.scan(self._store.time, lower, upper)
         return keys.time_key_decode(it.key())[2] if it.valid() else q.next_seq

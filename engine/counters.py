@@ -2,7 +2,17 @@
 
 Rows: ``meta`` ``b"D" | queue | tag | day`` -> 7 x u64 in ``FIELDS`` order; tag 0 holds the
 queue's own figures (``sent`` and ``bytes_in`` counted once per message). Today's rows live in
-memory while they change and are written with the operation that changed them.
+memory while they change and are written with the operation that changed them, except the
+queue's sends: those are added to its rows when the open segment's row is written (with it, in
+one batch), so the rows hold exactly the messages up to that row's ``last_seq``; the sends
+after it are ``QueueState.unsaved_sends``, counted again from the log when the queue is read
+(``loading.read_queue``), and every read of the figures adds them.
+
+A tag without a filter receives every message sent from its start on, so a send does not
+write its row: its ``sent`` / ``bytes_in`` are the queue's (from the day it was created) less
+what its own row holds there, the sends of those days it did not receive — those of its day
+of creation before it existed, and those before its start (``tag_created``, appending.py).
+A filtered tag counts the messages it receives in its own row.
 """
 
 from __future__ import annotations
@@ -12,13 +22,14 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from . import keys
+from .loading import tag_definitions
+from .state import DAY_MS, QueueState, TagState
 from .store import Store
 
 FIELDS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
 SENT, RECEIVED, DELETED, DEAD, EXPIRED, BYTES_IN, BYTES_OUT = range(7)
 _ROW = struct.Struct(">7Q")
 KEEP_DAYS = 31
-DAY_MS = 86_400_000
 
 
 def day_name(day: int) -> str:
@@ -59,6 +70,27 @@ class Counters:
             row[field2] += amount2
         self.dirty.add(row_key)
 
+    def save_sends(self, q: QueueState) -> None:
+        """Add the queue's unsaved sends to its rows (the caller writes the open segment's
+        row in the same batch: module docstring)."""
+        for day, (sent, bytes_in) in q.unsaved_sends.items():
+            row_key = (q.id, 0, day)
+            row = self._rows.get(row_key) or self._load(row_key)
+            row[SENT] += sent
+            row[BYTES_IN] += bytes_in
+            self.dirty.add(row_key)
+        q.unsaved_sends.clear()
+
+    def tag_created(self, q: QueueState, tag: int) -> None:
+        """A tag without a filter was created: today's sends so far are sends it did not
+        receive (module docstring)."""
+        today = self._context._now // DAY_MS
+        row_key = (q.id, 0, today)
+        row = self._rows.get(row_key) or self._load(row_key)
+        sent, bytes_in = q.unsaved_sends.get(today, (0, 0))
+        if row[SENT] + sent:
+            self.count(q.id, tag, SENT, row[SENT] + sent, BYTES_IN, row[BYTES_IN] + bytes_in)
+
     def _load(self, row_key: tuple[int, int, int]) -> list[int]:
         """Today's row of (queue, tag), from the store (or new), kept in the cache."""
         context = self._context
@@ -98,21 +130,65 @@ class Counters:
             lower = keys.day_key(queue, tag, 0)
             store.delete_range(store.meta_h, lower, keys.day_key(queue, tag + 1, 0))
 
-    def days(self, queue: int, tag: int | None, days: int) -> list[dict[str, Any]]:
+    def days(self, q: QueueState, tag: TagState | None, days: int) -> list[dict[str, Any]]:
         """Newest first, days without activity omitted. ``tag`` None: the queue's totals."""
         today = self._context._now // DAY_MS
         first = today - days + 1
         totals: dict[int, list[int]] = {}
-        lower, upper = keys.day_bounds(queue)
+        # A tag without a filter: the queue's sends from its day of creation, less its own.
+        follows = tag is not None and tag.filter is None
+        from_day = tag.created // DAY_MS if tag is not None else 0
+        if tag is None or follows:
+            for day, (sent, bytes_in) in q.unsaved_sends.items():
+                if first <= day <= today and day >= from_day:
+                    total = totals.setdefault(day, [0] * len(FIELDS))
+                    total[SENT] += sent
+                    total[BYTES_IN] += bytes_in
+        lower, upper = keys.day_bounds(q.id)
         for key, value in Store.items(self._context._store.meta, lower, upper):
             _, row_tag, day = keys.day_key_decode(key)
-            if day < first or day > today or (tag is not None and row_tag != tag):
+            if day < first or day > today:
                 continue
             row = _ROW.unpack(value)
+            if tag is not None and row_tag != tag.id:
+                if follows and row_tag == 0 and day >= from_day:
+                    total = totals.setdefault(day, [0] * len(FIELDS))
+                    total[SENT] += row[SENT]
+                    total[BYTES_IN] += row[BYTES_IN]
+                continue
             total = totals.setdefault(day, [0] * len(FIELDS))
             for index, amount in enumerate(row):
-                if tag is None and index in (SENT, BYTES_IN) and row_tag != 0:
-                    continue  # per-tag sends are the tag's view; the queue counts once
+                if index in (SENT, BYTES_IN):
+                    if tag is None and row_tag != 0:
+                        continue  # per-tag sends are the tag's view; the queue counts once
+                    if follows:
+                        amount = -amount  # sends of the queue the tag did not receive
                 total[index] += amount
         return [dict(day=day_name(day), **dict(zip(FIELDS, totals[day])))
                 for day in sorted(totals, reverse=True) if any(totals[day])]
+
+
+def migrate_tag_rows(store: Store) -> None:
+    """Schema version 2 -> 3: the row of a tag without a filter held the sends it received;
+    it holds those of the queue it did not receive now (module docstring). Puts the rows
+    (the caller writes them with the new version)."""
+    for key, value in Store.items(store.meta, keys.QUEUE_DEF_LOWER, keys.QUEUE_DEF_UPPER):
+        queue = keys.queue_def_id(key)
+        rows: dict[tuple[int, int], list[int]] = {}
+        for day_key, value in Store.items(store.meta, *keys.day_bounds(queue)):
+            _, tag, day = keys.day_key_decode(day_key)
+            rows[tag, day] = list(_ROW.unpack(value))
+        queue_days = {day for tag, day in rows if tag == 0}
+        for tag, definition in tag_definitions(store, queue):
+            if definition["filter"] is not None:
+                continue
+            from_day = definition["created"] // DAY_MS
+            tag_days = {day for row_tag, day in rows if row_tag == tag}
+            for day in sorted(queue_days | tag_days):
+                if day < from_day:
+                    continue
+                queue_row = rows.get((0, day), [0] * len(FIELDS))
+                row = rows.get((tag, day), [0] * len(FIELDS))
+                row[SENT] = max(0, queue_row[SENT] - row[SENT])
+                row[BYTES_IN] = max(0, queue_row[BYTES_IN] - row[BYTES_IN])
+                store.put(store.meta_h, keys.day_key(queue, tag, day), _ROW.pack(*row))

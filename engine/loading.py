@@ -13,14 +13,20 @@ from typing import Any, Iterator
 import cbor2
 
 from . import keys, leasebatch
-from .records import PREFIX
-from .state import DEAD_MARK, DEFAULT_LANE, LANE_RANGE, Lease, QueueState, Segment, TagState
+from .records import PREFIX, PREFIX_SIZE, body_size
+from .state import (DAY_MS, DEAD_MARK, DEFAULT_LANE, LANE_RANGE, Lease, QueueState, Segment,
+                    TagState)
 from .store import Store
 
 
 def read_queue(store: Store, queue_id: int, definition: dict[str, Any],
                watermarks: bytes) -> QueueState:
-    """A queue from its definition and watermarks: its lane tails and segments (no tags)."""
+    """A queue from its definition and watermarks: its lane tails and segments (no tags).
+
+    A send writes neither the watermarks nor (mostly) the open segment's row: ``next_seq``
+    is one past the newest log row when that is above the stored one (the newest message is
+    never collected: it is in the open segment), and the open segment is completed from the
+    log rows after the ``last_seq`` its row holds (``Segment``)."""
     q = QueueState(queue_id, definition["name"], definition["attributes"],
                    definition["created"])
     q.decode_watermarks(watermarks)
@@ -30,12 +36,35 @@ def read_queue(store: Store, queue_id: int, definition: dict[str, Any],
         if it.valid():
             q.lane_tail[lane] = keys.log_seq(it.key())
             q.lanes_used.append(lane)
+    q.next_seq = max(q.next_seq, max(q.lane_tail) + 1)
     lower, upper = keys.queue_bounds(queue_id)
     for key, value in Store.items(store.segments, lower, upper):
         q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
     if q.segments:
+        _complete_open_segment(store, q, q.segments[-1])
         q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
     return q
+
+
+def _complete_open_segment(store: Store, q: QueueState, segment: Segment) -> None:
+    """Add the log rows after the open segment's stored ``last_seq`` to it (at most
+    ``SEGMENT_SAVE_MESSAGES`` messages or about ``SEGMENT_SAVE_BYTES`` bytes): they are also
+    the sends the queue's counter rows do not hold yet (``QueueState.unsaved_sends``)."""
+    tail = max(q.lane_tail)
+    if tail <= segment.last_seq:
+        return
+    for lane in q.lanes_used:
+        lower, upper = keys.log_lane_bounds(q.id, lane, segment.last_seq + 1)
+        for value in Store.values(store.log, lower, upper):
+            segment.count += 1
+            segment.size_bytes += len(value) - PREFIX_SIZE
+            enqueue_ms = PREFIX.unpack_from(value)[0]
+            if enqueue_ms > segment.last_ms:
+                segment.last_ms = enqueue_ms
+            sends = q.unsaved_sends.setdefault(enqueue_ms // DAY_MS, [0, 0])
+            sends[0] += 1
+            sends[1] += body_size(value[PREFIX_SIZE:])
+    segment.last_seq = tail
 
 
 def tag_definitions(store: Store, queue_id: int) -> Iterator[tuple[int, dict[str, Any]]]:

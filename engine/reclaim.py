@@ -28,6 +28,8 @@ def collect(store: Store, q: QueueState) -> None:
         if q.segments and q.segments[0].first_ms == segment.last_ms:
             store.put(store.time_h, keys.time_key(q.id, segment.last_ms,
                                                   q.segments[0].first_seq), b"")
+            if q.indexed_ms == segment.last_ms:
+                q.indexed_seq = q.segments[0].first_seq
         elif not q.segments:
             q.indexed_ms = -1
         lower, upper = keys.delayseq_key(q.id, first), keys.delayseq_key(q.id, end)

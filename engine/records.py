@@ -145,6 +145,18 @@ class Message:
         return cls(*fields[:9], *_DEFAULTS[len(fields):])
 
 
+def body_size(record: bytes) -> int:
+    """The body's size in a stored record (bytes; UTF-8 bytes of a text body): the argument of
+    its CBOR head, which follows the array head and the 25-character id."""
+    info = record[_BODY_HEAD] & 0x1F
+    if info < 24:
+        return info
+    return int.from_bytes(record[_BODY_HEAD + 1:_BODY_HEAD + 1 + (1 << (info - 24))], "big")
+
+
+_BODY_HEAD = 1 + len(_ID_HEAD) + ID_LENGTH
+
+
 def split_value(value: bytes) -> tuple[int, int, int, int, bytes]:
     """A log value -> (enqueue_ms, visible_ms, topic_id, priority, record bytes)."""
     enqueue_ms, visible_ms, topic_id, priority = PREFIX.unpack_from(value)

@@ -39,6 +39,13 @@ ENDED_DEAD = 3   # dead-lettered; kept until gone_seq passes so peek can say "de
 ENDED_DELETED = 4  # deleted after delivery: on disk only (never loaded into memory), so that
                    # peek shows its dequeue count; dropped with its segment, or by a rewind
 
+#: The open segment's row is written at least every so many messages or record bytes
+#: (``Segment``): what reading a queue reads of the log to complete it, per queue at open.
+SEGMENT_SAVE_MESSAGES = 256
+SEGMENT_SAVE_BYTES = 256 << 10
+
+DAY_MS = 86_400_000  # a day of the daily counters (UTC)
+
 NO_DELAYED = 1 << 63  # QueueState.delayseq_from when no tag holds a delayed message
 # The prefix's topic field: 0 no topic; 1 .. 2^31-1 a topic id; DEAD_MARK | tag id marks a
 # dead-letter copy and names the tag it died under (so redrive never decodes other records).
@@ -81,7 +88,14 @@ class Lease:
 @dataclass(slots=True)
 class Segment:
     """A contiguous seq range of one queue's log. Invariant: ``first_seq <= last_seq`` and
-    times are production times (monotonic with seq)."""
+    times are production times (monotonic with seq).
+
+    The open (last) segment's row is written when the segment starts, when it is sealed, and
+    whenever ``SEGMENT_SAVE_MESSAGES`` messages or ``SEGMENT_SAVE_BYTES`` bytes came since its
+    row was last written; in between the row lags, and reading a queue completes it from the
+    log rows after its ``last_seq`` (``loading.read_queue``). ``saved_count`` and
+    ``saved_bytes`` are what the row holds (not stored: equal to ``count`` and
+    ``size_bytes`` when read)."""
 
     first_seq: int
     last_seq: int
@@ -89,13 +103,28 @@ class Segment:
     last_ms: int
     count: int
     size_bytes: int
+    saved_count: int = field(default=0, compare=False)
+    saved_bytes: int = field(default=0, compare=False)
 
     def encode(self) -> bytes:
         return _SEGMENT.pack(self.last_seq, self.first_ms, self.last_ms, self.count, self.size_bytes)
 
+    def encode_saved(self) -> bytes:
+        """``encode``, noting the result as what the row holds (the caller writes it)."""
+        self.saved_count = self.count
+        self.saved_bytes = self.size_bytes
+        return self.encode()
+
+    def row_lags(self) -> bool:
+        """Whether the open segment's row should be written now (module docstring)."""
+        return (self.saved_count == 0 or self.count - self.saved_count >= SEGMENT_SAVE_MESSAGES
+                or self.size_bytes - self.saved_bytes >= SEGMENT_SAVE_BYTES)
+
     @classmethod
     def decode(cls, first_seq: int, value: bytes) -> Segment:
-        return cls(first_seq, *_SEGMENT.unpack(value))
+        segment = cls(first_seq, *_SEGMENT.unpack(value))
+        segment.saved_count, segment.saved_bytes = segment.count, segment.size_bytes
+        return segment
 
 
 class TagState:
@@ -270,6 +299,10 @@ class QueueState:
     lanes_used: list[int] = field(default_factory=list)  # sorted lanes that ever held a message
     last_time_ms: int = -1           # newest production time
     indexed_ms: int = -1             # newest ms with a time-index entry (-1: index again)
+    indexed_seq: int = -1            # the seq of that entry when known (-1: read the index)
+    # Sends not yet in the queue's counter rows, day -> [messages, body bytes]: those after
+    # the ``last_seq`` of the open segment's row (counters.py), rebuilt from the log at open.
+    unsaved_sends: dict[int, list[int]] = field(default_factory=dict)
     oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 none
     segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
     tags: dict[int, TagState] = field(default_factory=dict)

@@ -59,6 +59,8 @@ class TagOps:
         store.put(store.meta_h, keys.META_IDS,
                   keys.u32(self._core._next_queue_id) + keys.u32(self._core._next_tag_id))
         t = TagState(tag_id, name, start_ms, start_seq, filter, now)
+        if filter is None:
+            self._core._counters.tag_created(q, tag_id)
         t.cursors = [max(start_seq, q.gone_seq)] * len(t.cursors)
         q.tags[tag_id] = t
         q.tag_names[name.lower()] = tag_id

@@ -14,7 +14,7 @@ import pytest
 
 from lamina.engine import Engine, keys, leasebatch
 from lamina.engine.records import PREFIX, PREFIX_SIZE
-from lamina.engine.state import LEASED, Lease, Segment
+from lamina.engine.state import LANES, LEASED, Lease, Segment
 from lamina.engine.store import Store
 from lamina.tools.inspect import main as inspect_main
 from lamina.tools.snapshot import Snapshot
@@ -134,7 +134,13 @@ def _log_row_deleted(store: Store) -> None:
     store.delete(store.log_h, keys.log_key(ORDERS, DEFAULT_LANE, 0))
 
 
-def _log_row_outside(store: Store) -> None:  # a row past the last segment
+def _log_row_outside(store: Store) -> None:  # a row in a lane no message can have
+    store.put(store.log_h, keys.log_key(ORDERS, LANES + 1, 0), log_value(store, 0))
+
+
+def _log_row_past_the_end(store: Store) -> None:
+    # The open segment's row may lag the log (a send does not rewrite it), so reading the queue
+    # takes rows past it as the open segment's: a far one leaves seqs without rows.
     store.put(store.log_h, keys.log_key(ORDERS, DEFAULT_LANE, 10_000), log_value(store, 0))
 
 
@@ -196,6 +202,7 @@ DAMAGE = {
     "segment_row_deleted": (_segment_row_deleted, "segment.table"),
     "log_row_deleted": (_log_row_deleted, "segment.missing"),
     "log_row_outside": (_log_row_outside, "log.orphan"),
+    "log_row_past_the_end": (_log_row_past_the_end, "segment.missing"),
     "lease_without_message": (_lease_without_message, "lease.message"),
     "batch_without_message": (_batch_without_message, "lease.message"),
     "batch_overlap": (_batch_overlap, "lease.batch_overlap"),
