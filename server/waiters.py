@@ -131,6 +131,8 @@ class WaitingReceives:
 
     def take_due(self) -> list[TagKey]:
         """The due tags that have waiters, in a stable order; clears the marks."""
+        if not self.any_due:
+            return []
         queues = self._due_queues
         if len(queues) == 1 and not self._due:  # the usual: a send to one queue
             queue = queues.pop()
