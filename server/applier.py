@@ -223,9 +223,7 @@ class GroupApplier:
         for request in requests:
             answer = self._answer_of(requester, request, started, replies)
             if answer is None and len(requests) == 1 and not (replies or self.waiting.any_due):
-                # A lone receive that began to wait (or long work that began): nothing to
-                # answer, no wait ended or woken; only a group's bookkeeping is left.
-                deadline = self.deadline_ms
+                deadline = self.deadline_ms  # a lone wait began (or long work): no replies
                 if deadline is None or deadline > self.clock():
                     self.groups += 1
                     self._set_deadline()
@@ -478,9 +476,8 @@ class GroupApplier:
             if long_work and long_work.defer(work, index):
                 return  # behind this connection's long work (longwork.py rule 1)
             answer = self._answer_of(connection, request, started, replies)
-            # The receives a request woke are answered before it: they waited longest, and
-            # a consumer's latency is the point of a waiting receive (each answer written
-            # wakes its client, a write's cost on the path of the answers after it).
+            # Receives it woke are answered before it: they waited longest, and each answer
+            # written wakes its client, a cost on the path of the answers written after it.
             if waiting.any_due:
                 self._serve_waiters(replies)
             if answer is not None:
