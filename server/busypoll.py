@@ -69,9 +69,9 @@ BUCKETS = 8
 EPOCH = 32
 #: Rule 2: windows costing at most this much more than the cheapest count as cheap, and the
 #: longest of them is taken: the cost counts CPU, but each read a window catches also saves
-#: the latency of a wake-up (the longer window catches more of a ragged tail of gaps). At
-#: 0.1, round trips measured here (most gaps under 20 µs, a tail to 150) got windows of 68 µs
-#: on average and 81 % of their reads caught; at 0.25, 97 µs and 84 %.
+#: the latency of a wake-up (the longer window catches more of a ragged tail of gaps). The
+#: gaps of round trips traced here (most under 20 µs, a tail to 150) replayed through the rule
+#: got windows of 68 µs on average and 81 % of the reads caught at 0.1; 97 µs and 84 % at 0.25.
 TIE_SLACK = 0.25
 #: Shorter idle spells before a read are no observation (the server was busy).
 MIN_GAP_S = 1e-6
