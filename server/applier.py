@@ -222,6 +222,13 @@ class GroupApplier:
         answers: list[Answer] = []
         for request in requests:
             answer = self._answer_of(requester, request, started, replies)
+            if answer is None and len(requests) == 1 and not (replies or self.waiting.any_due):
+                deadline = self.deadline_ms  # a lone wait began (or long work): no replies
+                if deadline is None or deadline > self.clock():
+                    self.groups += 1
+                    self._set_deadline()
+                    self.metrics.observe_group(1, time.perf_counter() - started)
+                    return True
             if answer is None or replies or self.waiting.any_due:
                 self._finish_as_group(requester, requests, answers, answer, replies, started)
                 return True
@@ -259,13 +266,13 @@ class GroupApplier:
         replies = [Reply(requester, request.id, given, request.op, started)
                    for request, given in zip(requests, answers)] + ended
         applied = len(requests) if done else len(answers) + 1
-        if answer is not None:
-            last = requests[len(answers)]
-            replies.append(Reply(requester, last.id, answer, last.op, started))
         failure: LaminaError | None = None
         try:
-            if self.waiting.any_due:
+            if self.waiting.any_due:  # woken waits are answered first (``_apply_work``)
                 self._serve_waiters(replies)
+            if answer is not None:
+                last = requests[len(answers)]
+                replies.append(Reply(requester, last.id, answer, last.op, started))
             if applied < len(requests):
                 self._apply_work(Work(requester, requests[applied:], 0, started), replies)
             self._group_edge(replies)
@@ -469,10 +476,12 @@ class GroupApplier:
             if long_work and long_work.defer(work, index):
                 return  # behind this connection's long work (longwork.py rule 1)
             answer = self._answer_of(connection, request, started, replies)
-            if answer is not None:
-                replies.append(Reply(connection, request.id, answer, request.op, started))
+            # Receives it woke are answered before it: they waited longest, and each answer
+            # written wakes its client, a cost on the path of the answers written after it.
             if waiting.any_due:
                 self._serve_waiters(replies)
+            if answer is not None:
+                replies.append(Reply(connection, request.id, answer, request.op, started))
 
     def _answer_of(self, connection: Requester, request: Request, started: float,
                    replies: list[Reply]) -> Answer | None:

@@ -85,8 +85,8 @@ class ServerConfig:
     #: Bytes all connections together may hold in large partial frames and in answers not
     #: yet sent or still to come (budget.py); reading pauses while it is spent.
     max_buffered: int = DEFAULT_MAX_BUFFERED_BYTES
-    #: While requests keep coming, poll the sockets rather than sleep for this long after the
-    #: server goes idle (busypoll.py: adaptive, so sparse traffic costs no polling).
+    #: Poll the sockets rather than sleep for at most this long after the server goes idle,
+    #: when the idle gaps measured say it pays (busypoll.py: sparse traffic is not polled for).
     busy_poll_us: int = DEFAULT_BUSY_POLL_US
     #: How often queue-depth gauges are refreshed for /metrics.
     metrics_interval_s: float = 10.0
@@ -200,9 +200,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
              "more spares reading them again from the files (bytes, at least "
              f"{MIN_BLOCK_CACHE_BYTES}; default %(default)s)")
     add("--busy-poll-us", type=int, default=DEFAULT_BUSY_POLL_US, metavar="US",
-        help="while requests keep coming within this window, poll for the next one this long "
-             "before sleeping: lower round-trip latency for some CPU; sparse traffic is not "
-             "polled for (microseconds, 0: off; default %(default)s)")
+        help="the longest the server polls for the next request once idle, rather than "
+             "sleeping: lower round-trip latency for some CPU. It measures how long it stays "
+             "idle before each request and polls only when that pays, for the window that "
+             "would have cost least (polling is charged its CPU, each wake-up it avoids this "
+             "long): round trips are polled for, sparse traffic is not (microseconds, 0: off; "
+             "default %(default)s)")
     add("--sqs-port", type=int, metavar="PORT",
         help="also serve the Amazon SQS API (AWS JSON and Query protocols) over HTTP on this "
              "port, on --host, with TLS when --tls-cert is given (default: off)")

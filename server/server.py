@@ -242,8 +242,14 @@ class Server:
             self.metrics.stop_http()
             if self._owns_engine:
                 self.engine.close()
+            poll = self.busy_poll
             log.info("stopped", extra={"event": "stop", "groups": self.applier.groups,
-                                        "syncs": self.applier.syncs})
+                                        "syncs": self.applier.syncs,
+                                        "busy_poll_windows": poll.windows,
+                                        "busy_poll_caught": poll.caught,
+                                        "busy_poll_cpu_s": round(poll.cpu_s, 6),
+                                        "busy_poll_window_us": round(
+                                            poll.policy.window_s * 1e6, 1)})
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown (SIGTERM / SIGINT)."""

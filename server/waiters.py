@@ -131,6 +131,13 @@ class WaitingReceives:
 
     def take_due(self) -> list[TagKey]:
         """The due tags that have waiters, in a stable order; clears the marks."""
+        if not self.any_due:
+            return []
+        queues = self._due_queues
+        if len(queues) == 1 and not self._due:  # the usual: a send to one queue
+            queue = queues.pop()
+            self.any_due = False
+            return sorted((queue, tag) for tag in self._tags_of_queue.get(queue, ()))
         due = set(self._due)
         for queue in self._due_queues:
             due.update((queue, tag) for tag in self._tags_of_queue.get(queue, ()))

@@ -5,121 +5,217 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 import trio
 
 from lamina.engine.errors import InvalidArgument
-from lamina.server.busypoll import MAX_BUSY_POLL_US, BusyPoll
+from lamina.server.busypoll import (
+    EPOCH,
+    MAX_BUSY_POLL_US,
+    TIE_SLACK,
+    BusyPoll,
+    PollPolicy,
+)
 from lamina.client import Client
 from lamina.server.config import ConfigError, ServerConfig
 
 from tests.support.servers import running_server
 
 
-async def _until(condition: Any) -> None:
-    with trio.fail_after(1):
-        while not condition():
-            await trio.sleep(0.001)  # idle in between: a task spinning is work (rule 3)
+US = 1e-6
 
 
-async def _settled() -> None:
-    """Long enough for the polling task to see the loop idle (a few checkpoints)."""
-    await trio.sleep(0.005)
+class FakeClocks:
+    """Wall time and the loop's CPU time, moved by the test."""
+
+    def __init__(self) -> None:
+        self.wall_s = 1.0
+        self.cpu_s = 0.0
+
+    def idle(self, seconds: float) -> None:
+        self.wall_s += seconds
+
+    def work(self, seconds: float) -> None:
+        self.wall_s += seconds
+        self.cpu_s += seconds
 
 
-async def test_a_read_after_a_long_sleep_does_not_poll() -> None:
-    poll = BusyPoll(0.05)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poll.run)
-        await trio.sleep(0.01)
-        poll.kick()  # the first read: nothing came within the window before it
-        for _ in range(5):
-            assert not poll.polling
-            await trio.sleep(0.002)
-        await trio.sleep(0.06)
-        poll.kick()  # again, after more than the window asleep
-        await _settled()
-        assert not poll.polling and poll.windows == 0
-        nursery.cancel_scope.cancel()
+def _fed(max_window_us: float, gaps_us: Sequence[float]) -> PollPolicy:
+    policy = PollPolicy(max_window_us * US)
+    for gap in gaps_us:
+        policy.observe(gap * US)
+    return policy
 
 
-async def test_a_read_within_the_window_of_going_idle_polls_for_the_window() -> None:
-    window = 0.1  # long beside the scheduler's delays on a loaded machine
-    poll = BusyPoll(window)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poll.run)
-        poll.kick()
-        await _settled()  # idle now, not polling
+def _window_us(policy: PollPolicy) -> float:
+    return round(policy.window_s / US, 3)
+
+
+def test_no_window_is_chosen_before_the_first_epoch() -> None:
+    policy = _fed(100, [30] * (EPOCH - 1))
+    assert _window_us(policy) == 0
+    policy.observe(30 * US)
+    assert _window_us(policy) > 0
+
+
+def test_round_trips_poll_for_the_whole_window_while_it_catches_every_gap() -> None:
+    # Every window from 37.5 µs catches 30 µs gaps at the same cost: the longest is taken.
+    policy = _fed(100, [30] * EPOCH)
+    assert policy.cost_s(37.5 * US) == policy.cost_s(100 * US) < policy.cost_s(25 * US)
+    assert _window_us(policy) == 100
+    assert _window_us(_fed(100, [99] * EPOCH)) == 100
+    assert _window_us(_fed(800, [30] * EPOCH)) == 800
+
+
+def test_sparse_traffic_is_not_polled_for() -> None:
+    assert _window_us(_fed(100, [5_000] * EPOCH)) == 0
+    assert _window_us(_fed(100, [101] * EPOCH)) == 0
+
+
+def test_short_gaps_among_long_ones_get_a_short_window() -> None:
+    # Half the gaps 10 µs (a consumer's next request), half 1 ms (the next message): a short
+    # window catches the short ones and wastes little on each long one, which costs less
+    # than a wake-up per short gap; the full window would cost more than sleeping.
+    policy = _fed(100, [10, 1_000] * (EPOCH // 2))
+    cheapest = policy.cost_s(12.5 * US)
+    assert cheapest < policy.cost_s(0) < policy.cost_s(100 * US)
+    assert policy.cost_s(37.5 * US) <= cheapest * (1 + TIE_SLACK) < policy.cost_s(50 * US)
+    assert _window_us(policy) == 37.5
+
+
+def test_of_windows_costing_about_the_least_the_longest_is_taken() -> None:
+    # Most gaps 10 µs, a tail of 60 µs ones, and long gaps: catching the tail costs a little
+    # more CPU (the long gaps are polled longer for nothing), and each tail gap caught is a
+    # wake-up's latency saved.
+    policy = _fed(100, [10] * 16 + [60] * 4 + [1_000] * 12)
+    cheapest = policy.cost_s(12.5 * US)
+    assert cheapest < policy.cost_s(62.5 * US) <= cheapest * (1 + TIE_SLACK)
+    assert policy.cost_s(75 * US) > cheapest * (1 + TIE_SLACK)
+    assert _window_us(policy) == 62.5
+
+
+def test_a_window_that_rarely_catches_is_not_polled() -> None:
+    # One gap in four within the window, late in it: polling would cost more than the
+    # wake-ups it saves.
+    assert _window_us(_fed(100, [90, 500, 500, 500] * (EPOCH // 4))) == 0
+
+
+def test_recent_traffic_outweighs_older_traffic() -> None:
+    policy = _fed(100, [30] * EPOCH)
+    assert _window_us(policy) == 100
+    for gap in [5_000] * EPOCH:  # traffic turned sparse
+        policy.observe(gap * US)
+    assert _window_us(policy) == 0
+    for gap in [30] * EPOCH:  # and back: polled for again at once
+        policy.observe(gap * US)
+    assert _window_us(policy) > 0
+    for gap in [30] * (4 * EPOCH):  # the sparse spell forgotten
+        policy.observe(gap * US)
+    assert _window_us(policy) == 100
+
+
+def _poll_with(clocks: FakeClocks, max_window_us: float = 100) -> BusyPoll:
+    return BusyPoll(max_window_us * US, clock=lambda: clocks.wall_s,
+                    cpu_clock=lambda: clocks.cpu_s)
+
+
+def test_a_gap_is_the_wall_time_since_the_last_read_less_the_loop_cpu_time() -> None:
+    clocks = FakeClocks()
+    poll = _poll_with(clocks)
+    for _ in range(EPOCH):
+        clocks.work(20 * US)  # the request's work is no idle time
+        clocks.idle(90 * US)
         assert not poll.polling
-        poll.kick()  # within the window of going idle: requests keep coming
-        await _until(lambda: poll.polling)
-        begun = trio.current_time()
-        await trio.sleep(0.2 * window)  # other tasks run while it polls (rule 3)
-        assert trio.current_time() - begun < 0.8 * window and poll.polling
-        poll.kick()  # a read while polling: the window starts again once idle
-        await trio.sleep(0.6 * window)
-        assert poll.polling
-        await _until(lambda: not poll.polling)  # a window without a read: asleep again
-        assert trio.current_time() - begun >= window
-        assert poll.windows == 1 and poll.caught == 1
-        poll.kick()  # after a whole window without a read: not armed
-        await _settled()
-        assert not poll.polling and poll.windows == 1
-        nursery.cancel_scope.cancel()
-
-
-async def test_windows_that_catch_nothing_back_off_until_one_catches_again() -> None:
-    from lamina.server.busypoll import BACK_OFF_MISSES, PROBE_EVERY
-    poll = BusyPoll(0.02)
-
-    async def burst(reads: int) -> None:
-        """A read after a long sleep, then ``reads - 1`` more in quick succession (the second
-        is a chance to arm polling), then a long sleep."""
         poll.kick()
-        for _ in range(reads - 1):
-            await trio.sleep(0.0005)
-            poll.kick()
-        await _until(lambda: not poll.polling)
-        await trio.sleep(0.03)  # more than the window
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poll.run)
-        for _ in range(BACK_OFF_MISSES):
-            await burst(2)  # armed by the second read; the window catches nothing
-        assert poll.windows == BACK_OFF_MISSES and poll.caught == 0
-        for _ in range(PROBE_EVERY - 1):  # backing off: these chances are not taken
-            await burst(2)
-        assert poll.windows == BACK_OFF_MISSES
-        await burst(4)  # the probe: armed, and this time it catches two reads
-        assert poll.windows == BACK_OFF_MISSES + 1 and poll.caught == 2
-        await burst(2)  # it paid: armed again at the first chance
-        assert poll.windows == BACK_OFF_MISSES + 2
-        nursery.cancel_scope.cancel()
+    assert _window_us(poll.policy) == 100  # 90 µs gaps, not 110 (longer than any window)
+    assert poll.polling and poll.windows == 1  # armed by the read that chose the window
 
 
-async def test_the_window_counts_from_idle_not_from_the_read() -> None:
-    poll = BusyPoll(0.02)
-
-    async def request_work() -> None:
-        for _ in range(6):  # 60 ms of work in 10 ms steps, three times the window
-            end = time.thread_time() + 0.01
-            while time.thread_time() < end:
-                pass
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poll.run)
+def test_reads_while_busy_are_no_gaps() -> None:
+    clocks = FakeClocks()
+    poll = _poll_with(clocks)
+    for _ in range(3 * EPOCH):
+        clocks.work(50 * US)
         poll.kick()
-        await _settled()
-        poll.kick()  # armed (5 ms after going idle)
-        assert poll.polling
-        nursery.start_soon(request_work)
-        await trio.sleep(0.04)
-        assert poll.polling  # 40 ms after the read, but the server was busy
-        await _until(lambda: not poll.polling)
-        nursery.cancel_scope.cancel()
+    assert _window_us(poll.policy) == 0 and poll.windows == 0
+
+
+def _polling(clocks: FakeClocks, gap_us: float) -> BusyPoll:
+    """A poll whose policy chose a window from round trips ``gap_us`` apart."""
+    poll = _poll_with(clocks)
+    for _ in range(EPOCH):
+        poll.policy.observe(gap_us * US)
+    return poll
+
+
+def _run_window(poll: BusyPoll, clocks: FakeClocks, steps: list[Any]) -> int:
+    """Run one polling window, its checkpoints doing ``steps`` in turn (None, and every
+    checkpoint after them: a scheduler pass of 5 µs with nothing to run); -> checkpoints
+    taken."""
+    taken = 0
+
+    async def checkpoint() -> None:
+        nonlocal taken
+        step = steps[taken] if taken < len(steps) else None
+        taken += 1
+        if step is None:
+            clocks.work(5 * US)
+        else:
+            step()
+
+    coroutine = poll.poll_window(checkpoint)
+    with pytest.raises(StopIteration):
+        coroutine.send(None)  # the fake checkpoint never suspends: one call runs it all
+    assert not poll.polling
+    return taken
+
+
+def test_a_window_ends_after_its_length_of_idle_passes() -> None:
+    clocks = FakeClocks()
+    poll = _polling(clocks, 30)  # window 100 µs
+    assert _run_window(poll, clocks, []) == 20  # 20 passes of 5 µs
+    assert poll.cpu_s == pytest.approx(100 * US)
+    assert poll.caught == 0
+
+
+def test_work_between_checkpoints_pushes_the_window_back() -> None:
+    clocks = FakeClocks()
+    poll = _polling(clocks, 30)
+    steps = [None, None, lambda: clocks.work(200 * US)]  # other tasks ran 200 µs
+    assert _run_window(poll, clocks, steps) == 21  # one pass more than the window's 20
+    assert poll.cpu_s == pytest.approx(100 * US)  # the work is not polling
+
+
+def test_a_read_while_polling_is_caught_and_restarts_the_window() -> None:
+    clocks = FakeClocks()
+    poll = _polling(clocks, 30)
+    poll.kick()  # the read that armed polling
+    assert poll.polling
+
+    def read() -> None:  # the reader's task, between two of the polling task's checkpoints
+        poll.kick()
+        clocks.work(60 * US)
+
+    steps: list[Any] = [None, None, None, None, read]  # the read 20 µs into the window
+    assert _run_window(poll, clocks, steps) == 5 + 20
+    assert poll.caught == 1
+
+
+def test_reads_long_after_the_window_ends_stop_polling() -> None:
+    clocks = FakeClocks()
+    poll = _polling(clocks, 30)
+    for _ in range(EPOCH):  # each read 400 µs after the server went idle
+        clocks.idle(400 * US)
+        poll.kick()
+        clocks.work(10 * US)  # its work
+        if poll.polling:
+            _run_window(poll, clocks, [])  # polled for nothing
+    assert _window_us(poll.policy) == 0 and not poll.polling
+    clocks.idle(400 * US)
+    poll.kick()
+    assert not poll.polling
 
 
 async def test_a_zero_window_never_polls() -> None:
