@@ -5,6 +5,8 @@ deletes; and rewinds, visibility changes and reclaimed segments must leave no st
 
 from __future__ import annotations
 
+from typing import Any
+
 from lamina.engine import Engine, keys
 from lamina.engine.store import Store
 
@@ -87,11 +89,7 @@ def test_receipts_of_a_batch_are_deleted_after_a_restart(open_engine, clock):
 
 
 def test_a_visibility_change_of_a_batch_lease_outlives_its_batch_entry(open_engine, clock):
-    engine = open_engine()
-    engine.create_queue("q", {"visibility_timeout": 30})
-    engine.send("q", [b"a", b"b", b"c"])
-    held = engine.receive("q", max=3)
-    (changed,) = engine.change_visibility("q", [[held[1].receipt, 100]])
+    engine, held, changed = _three_held_the_second_changed(open_engine)
     engine.close()
     clock.advance(31_000)
     engine = open_engine()
@@ -104,11 +102,7 @@ def test_a_visibility_change_of_a_batch_lease_outlives_its_batch_entry(open_engi
 
 
 def test_a_batch_lease_changed_and_deleted_before_a_restart_stays_deleted(open_engine, clock):
-    engine = open_engine()
-    engine.create_queue("q", {"visibility_timeout": 30})
-    engine.send("q", [b"a", b"b", b"c"])
-    held = engine.receive("q", max=3)
-    (changed,) = engine.change_visibility("q", [[held[1].receipt, 100]])
+    engine, held, changed = _three_held_the_second_changed(open_engine)
     assert engine.delete("q", [changed.receipt]) == [None]
     engine.close()
     clock.advance(200_000)
@@ -152,3 +146,13 @@ def test_batch_rows_go_with_their_segments(open_engine, clock):
         held = engine.receive("q", max=16)
         assert engine.delete("q", [d.receipt for d in held]) == [None] * 16
     assert rows(engine, "leasebatches") <= 4  # those of the segments still kept
+
+
+def _three_held_the_second_changed(open_engine: Any) -> tuple[Any, list[Any], Any]:
+    """An engine holding a, b, c from one receive (one batch row), b's lease changed to 100 s."""
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"a", b"b", b"c"])
+    held = engine.receive("q", max=3)
+    (changed,) = engine.change_visibility("q", [[held[1].receipt, 100]])
+    return engine, held, changed
