@@ -43,7 +43,8 @@ class Lessor:
         self.room = max_bytes
         self.budget = EXAMINE_LIMIT
         self.out: list[Delivery | Peeked] = []
-        self.tag_moved = False
+        self.tag_moved = False  # the tag's row must be written (delay position, cursors)
+        self.cursor_moved = False  # a cursor moved where the log alone tells it at open
         self.issue = engine._receipts.issue
         self._due_watched = False  # watch_lease_due ran for this receive's due time
         self.batches = 0  # rows of first leases made in line (``_save_batch``)
@@ -54,9 +55,14 @@ class Lessor:
             self._never_delivered()
         if self.dry_run:
             return self.out
-        if self.out or self.tag_moved:
-            self.store.put(self.store.tags_h, keys.tag_key(self.q.id, self.t.id),
-                           self.t.encode_cursors())
+        t = self.t
+        if self.tag_moved or t.lease_counter > t.counter_ceiling:
+            self.store.put(self.store.tags_h, keys.tag_key(self.q.id, t.id), t.encode_cursors())
+        elif self.cursor_moved:
+            # The cursors passed only records the log and the lease rows tell at open (each
+            # leased — its row is in this batch or before —, delayed or out of scope): the
+            # open finds them again (``EngineCore._load_tag``), so the row is not written.
+            t.row_behind = True
         return self.out
 
     def _fits(self, record: bytes) -> bool:
@@ -245,11 +251,11 @@ class Lessor:
                 value = value_of()
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
                 self.budget -= 1
-                if visible_ms == enqueue_ms:
-                    seq = seq_of(key_of(), 5)[0]
-                    if seq not in leases and (
-                            (plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
+                if visible_ms == enqueue_ms and (seq := seq_of(key_of(), 5)[0]) not in leases:
+                    if not ((plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
                              and seq >= t.start_seq) or self._admit(seq, value)):
+                        self.tag_moved = True  # passed (a parked topic): the row tells it
+                    else:
                         if self.room is not None and not self._fits(value):
                             break
                         if topic_id == 0 and in_line:
@@ -281,7 +287,7 @@ class Lessor:
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor
-                self.tag_moved = True
+                self.cursor_moved = True
         if self.batches:
             store.pending += self.batches
             if not self._due_watched:
