@@ -15,7 +15,7 @@ from .receipts import pack_body as pack_body_
 from .results import Delivery, Peeked
 from .scope import in_scope, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
-from .store import Store
+from .store import LaneWalk, Scan, Store
 
 EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
 NEVER = 1 << 63  # a time after every deadline
@@ -23,6 +23,9 @@ LEASED_STATES = bytes([LEASED])
 # Entries of one lease batch row at most: a delete writes its batch's row again, so a receive
 # of up to 1000 messages deleted one by one writes rows of at most this many entries.
 BATCH_ENTRIES = 64
+# Receives of at most this many messages from a queue with one lane read its records by
+# point reads (``LaneWalk``), not a new iterator.
+LANE_WALK_MAX = 2
 
 
 class Lessor:
@@ -237,8 +240,11 @@ class Lessor:
             start = max(t.cursors[lane], q.gone_seq, t.start_seq)
             if start > tail:
                 continue
-            lower, upper = keys.log_lane_bounds(q.id, lane, start)
-            it = Store.scan(store.log, lower, upper)
+            it: Scan | LaneWalk
+            if count - len(out) <= LANE_WALK_MAX and len(q.lanes_used) == 1:
+                it = LaneWalk(store.log, qid, lane, start, tail)  # a record or two: point reads
+            else:
+                it = Store.scan(store.log, *keys.log_lane_bounds(qid, lane, start))
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
             # A plain message (no topic) that every message of the tag's scope passes is
             # admitted without the general gate.

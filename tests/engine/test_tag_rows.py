@@ -82,3 +82,30 @@ def test_a_clean_close_stores_the_lease_counter_exact(tmp_path, clock):
     with Snapshot(path) as snapshot:
         [t] = snapshot.queue("q").tags.values()
         assert (t.lease_counter, t.cursors[8]) == (5, 5)
+
+
+@pytest.mark.parametrize("start", [0, 3, 6, 9, 12])
+def test_a_lane_walk_by_point_reads_meets_what_an_iterator_meets(tmp_path, start):
+    from lamina.engine import keys
+    from lamina.engine.store import LaneWalk, Store
+
+    store = Store(tmp_path / "db")
+    try:
+        present = [seq for seq in range(12) if seq not in (5, 6, 10)]  # gaps: it must not stop
+        for seq in present:
+            store.put(store.log_h, keys.log_key(1, 8, seq), b"v%d" % seq)
+        store.put(store.log_h, keys.log_key(1, 9, 0), b"other lane")
+        store.flush()
+
+        def walked(it) -> list[tuple[bytes, bytes]]:
+            seen = []
+            while it.valid():
+                seen.append((it.key(), it.value()))
+                it.next()
+            return seen
+
+        expected = walked(Store.scan(store.log, *keys.log_lane_bounds(1, 8, start)))
+        assert walked(LaneWalk(store.log, 1, 8, start, 11)) == expected
+        assert len(expected) == len([seq for seq in present if seq >= start])
+    finally:
+        store.close()
