@@ -26,7 +26,7 @@ import cbor2
 
 from . import keys
 from .appending import Appender
-from .clock import Clock, EngineClock, wall_clock_ms
+from .clock import CLOCK_AHEAD_MS, Clock, EngineClock, wall_clock_ms
 from .counters import EXPIRED, Counters, migrate_tag_rows
 from .deadlines import Deadlines
 from .deadmoves import DeadLetters
@@ -137,7 +137,10 @@ class EngineCore(StoreRecovery):
             store.flush()
         clock = meta.get(keys.META_CLOCK)
         self._persisted_clock = keys.read_u64(clock) if clock else 0
-        self._clock = EngineClock(self._source, self._persisted_clock)
+        # The row holds a ceiling of the clock (``_write_pending``); rebuilding after a failed
+        # write keeps the clock memory has.
+        self._clock = EngineClock(self._source, self._clock.last_ms or self._persisted_clock,
+                                  CLOCK_AHEAD_MS)
         ids = meta.get(keys.META_IDS)
         self._next_queue_id, self._next_tag_id = (
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
@@ -243,15 +246,18 @@ class EngineCore(StoreRecovery):
             self._counters.write()
         if not store.pending:
             return
-        now = self._clock.last_ms
-        if now != self._persisted_clock:
-            store.put(store.meta_h, keys.META_CLOCK, keys.u64(now))
+        ceiling = self._persisted_clock
+        if self._clock.last_ms > ceiling:
+            # The row holds a ceiling of the clock, written ahead: an operation in a new
+            # millisecond writes it only when it passes it (docs/STORAGE.md "The clock").
+            ceiling = self._clock.last_ms + CLOCK_AHEAD_MS
+            store.put(store.meta_h, keys.META_CLOCK, keys.u64(ceiling))
         try:
             store.flush()
         except Exception as exc:
             self._write_failed(exc)
             raise WriteFailed(str(exc)) from exc
-        self._persisted_clock = now
+        self._persisted_clock = ceiling
         self._unsynced = True
 
     @property
@@ -280,6 +286,10 @@ class EngineCore(StoreRecovery):
         if self._store_open:
             try:
                 self._save_tag_rows()
+                if self._clock.last_ms:  # the clock exact, not its ceiling
+                    store = self._store
+                    store.put(store.meta_h, keys.META_CLOCK, keys.u64(self._clock.last_ms))
+                    self._persisted_clock = self._clock.last_ms
                 self._write_pending()
                 if self.fsync and self._unsynced:
                     self.sync_wal()
