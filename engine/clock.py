@@ -12,6 +12,10 @@ log = logging.getLogger("lamina.engine.clock")
 
 Clock = Callable[[], int]
 
+# How far ahead of the engine clock the store's clock row may be (docs/STORAGE.md "The
+# clock"): an operation writes the row only when ``now`` passes the value it holds.
+CLOCK_AHEAD_MS = 100
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -37,22 +41,26 @@ class EngineClock:
     """``now = max(source(), last now)``: never goes backwards.
 
     While the source is behind the last value (a wall-clock step back, or a restart on a machine
-    whose clock is behind the persisted one), now stands still and one warning is logged.
+    whose clock is behind the persisted one), now stands still and one warning is logged —
+    unless it is behind by no more than ``quiet_ms`` before it first catches up (the store
+    keeps a ceiling of the clock, up to ``CLOCK_AHEAD_MS`` ahead: a quick restart starts there).
     """
 
-    __slots__ = ("_source", "last_ms", "_warned")
+    __slots__ = ("_source", "last_ms", "_warned", "_quiet_ms")
 
-    def __init__(self, source: Clock, last_ms: int = 0):
+    def __init__(self, source: Clock, last_ms: int = 0, quiet_ms: int = 0):
         self._source = source
         self.last_ms = last_ms
         self._warned = False
+        self._quiet_ms = quiet_ms
 
     def now(self) -> int:
         reading = self._source()
         if reading >= self.last_ms:
             self.last_ms = reading
             self._warned = False
-        elif not self._warned:
+            self._quiet_ms = 0
+        elif not self._warned and self.last_ms - reading > self._quiet_ms:
             self._warned = True
             log.warning(
                 "clock is %d ms behind the engine clock; holding time at %d",

@@ -20,13 +20,13 @@ import heapq
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, cast
+from typing import AbstractSet, Any, Callable, Iterator, cast
 
 import cbor2
 
 from . import keys
 from .appending import Appender
-from .clock import Clock, EngineClock, wall_clock_ms
+from .clock import CLOCK_AHEAD_MS, Clock, EngineClock, wall_clock_ms
 from .counters import EXPIRED, Counters, migrate_tag_rows
 from .deadlines import Deadlines
 from .deadmoves import DeadLetters
@@ -137,7 +137,10 @@ class EngineCore(StoreRecovery):
             store.flush()
         clock = meta.get(keys.META_CLOCK)
         self._persisted_clock = keys.read_u64(clock) if clock else 0
-        self._clock = EngineClock(self._source, self._persisted_clock)
+        # The row holds a ceiling of the clock (``_write_pending``); rebuilding after a failed
+        # write keeps the clock memory has.
+        self._clock = EngineClock(self._source, self._clock.last_ms or self._persisted_clock,
+                                  CLOCK_AHEAD_MS)
         ids = meta.get(keys.META_IDS)
         self._next_queue_id, self._next_tag_id = (
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
@@ -170,8 +173,14 @@ class EngineCore(StoreRecovery):
         store = self._store
         t, waited_on = TagState.from_definition(tag_id, definition)
         t.decode_cursors(cast(bytes, store.tags[keys.tag_key(q.id, tag_id)]))
+        # The row's cursors may lag (``Lessor.run``): deleted messages they have to pass
+        # again are known by their rows.
+        behind = min((t.cursors[lane] for lane in q.lanes_used), default=q.next_seq)
+        deleted: set[int] = set()
         for seq, lease in lease_rows(store, q.id, tag_id, q.gone_seq):
             if lease.state == ENDED_DELETED:
+                if seq >= behind:
+                    deleted.add(seq)
                 continue  # on disk only, for peek
             t.leases[seq] = lease
             t.row_heap.append(seq)  # rows come in seq order: a sorted list is a heap
@@ -188,7 +197,9 @@ class EngineCore(StoreRecovery):
         q.tags[tag_id] = t
         q.tag_names[t.name.lower()] = tag_id
         for lane in q.lanes_used:
-            self._snap_cursor(q, t, lane)
+            if t.cursors[lane] < q.gone_seq and t.cursors[lane] <= q.lane_tail[lane]:
+                t.cursors[lane] = q.gone_seq  # as ``_raise_gone`` moves it
+            self._snap_cursor(q, t, lane, deleted)
         for key in list(Store.keys(store.meta, *keys.parked_topics_bounds(q.id, tag_id))):
             t.parked_topics.add(keys.parked_topic_decode(key))
         for topic_id in list(t.parked_topics):
@@ -235,15 +246,18 @@ class EngineCore(StoreRecovery):
             self._counters.write()
         if not store.pending:
             return
-        now = self._clock.last_ms
-        if now != self._persisted_clock:
-            store.put(store.meta_h, keys.META_CLOCK, keys.u64(now))
+        ceiling = self._persisted_clock
+        if self._clock.last_ms > ceiling:
+            # The row holds a ceiling of the clock, written ahead: an operation in a new
+            # millisecond writes it only when it passes it (docs/STORAGE.md "The clock").
+            ceiling = self._clock.last_ms + CLOCK_AHEAD_MS
+            store.put(store.meta_h, keys.META_CLOCK, keys.u64(ceiling))
         try:
             store.flush()
         except Exception as exc:
             self._write_failed(exc)
             raise WriteFailed(str(exc)) from exc
-        self._persisted_clock = now
+        self._persisted_clock = ceiling
         self._unsynced = True
 
     @property
@@ -271,6 +285,11 @@ class EngineCore(StoreRecovery):
         self._closed = True
         if self._store_open:
             try:
+                self._save_tag_rows()
+                if self._clock.last_ms:  # the clock exact, not its ceiling
+                    store = self._store
+                    store.put(store.meta_h, keys.META_CLOCK, keys.u64(self._clock.last_ms))
+                    self._persisted_clock = self._clock.last_ms
                 self._write_pending()
                 if self.fsync and self._unsynced:
                     self.sync_wal()
@@ -278,6 +297,16 @@ class EngineCore(StoreRecovery):
                 log.error("closing: the last write failed: %s", exc,
                           extra={"event": "close_write_failed"})
         self._close_store()
+
+    def _save_tag_rows(self) -> None:
+        """Closing: put the rows of tags whose cursors ran ahead of them, and every lease
+        counter exact (``TagState.encode_cursors``), so the closed directory reads as
+        memory stood."""
+        store = self._store
+        for q in self._queues.values():
+            for t in q.tags.values():
+                if t.row_behind or t.counter_ceiling != t.lease_counter:
+                    store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors(0))
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -429,22 +458,25 @@ class EngineCore(StoreRecovery):
             q.delayseq_from = gone
         collect(self._store, q)
 
-    def _snap_cursor(self, q: QueueState, t: TagState, lane: int) -> None:
+    def _snap_cursor(self, q: QueueState, t: TagState, lane: int,
+                     deleted: AbstractSet[int] = frozenset()) -> None:
         """Move a cursor onto the lowest message of its lane at or above it that is not
-        already settled for the tag, or past the lane's tail (TagState invariant)."""
+        already settled for the tag, or past the lane's tail (TagState invariant);
+        ``deleted``: seqs whose ENDED_DELETED rows are on disk only (at open)."""
         cursor = t.cursors[lane]
         if cursor > q.lane_tail[lane]:
             return
         lower, upper = keys.log_lane_bounds(q.id, lane, cursor)
         it = Store.scan(self._store.log, lower, upper)
-        t.cursors[lane] = self._skip_settled(t, it, q.lane_tail[lane])
+        t.cursors[lane] = self._skip_settled(t, it, q.lane_tail[lane], deleted)
 
-    def _skip_settled(self, t: TagState, it: Any, tail: int) -> int:
+    def _skip_settled(self, t: TagState, it: Any, tail: int,
+                      deleted: AbstractSet[int] = frozenset()) -> int:
         """Advance a lane iterator past records a cursor has nothing to do with -> the seq it
         rests on, or tail + 1. Settled: delayed (they reach tags through the delay index),
-        holding a lease row (leased, or ended ahead of the cursor), or outside the tag's
-        scope (Ended for it). Stepping over them passes nothing that is not Ended or counted
-        elsewhere in the floor."""
+        holding a lease row (leased, ended ahead of the cursor, or ``deleted``), or outside
+        the tag's scope (Ended for it). Stepping over them passes nothing that is not Ended
+        or counted elsewhere in the floor."""
         unpack = PREFIX.unpack_from
         leases = t.leases
         while it.valid():
@@ -452,7 +484,7 @@ class EngineCore(StoreRecovery):
             enqueue_ms, visible_ms, _, _ = unpack(value)
             if visible_ms == enqueue_ms:
                 seq = keys.log_seq(it.key())
-                if seq not in leases and (
+                if seq not in leases and seq not in deleted and (
                         (t.filter is None and enqueue_ms >= t.start_ms and seq >= t.start_seq)
                         or in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
                     return seq

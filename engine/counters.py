@@ -50,11 +50,13 @@ class Counters:
     def __init__(self, context: CounterContext) -> None:
         self._context = context
         self._rows: dict[tuple[int, int, int], list[int]] = {}  # cached rows
+        self._keys: dict[tuple[int, int, int], bytes] = {}  # their keys, as rows are written
         self.dirty: set[tuple[int, int, int]] = set()  # rows changed by the operation
 
     def reset(self) -> None:
         """Forget the cache and what is pending (the store is the truth again)."""
         self._rows.clear()
+        self._keys.clear()
         self.dirty.clear()
 
     def count(self, queue: int, tag: int, field: int, amount: int = 1, field2: int = -1,
@@ -102,6 +104,7 @@ class Counters:
         if len(rows) > 65536:  # rows of past days are written already: forget them
             for old in [k for k in rows if k[2] < day]:
                 del rows[old]
+                self._keys.pop(old, None)
         rows[row_key] = row
         if stored is None and day >= KEEP_DAYS:  # a new day: forget the one past the window
             store.delete(store.meta_h, keys.day_key(queue, tag, day - KEEP_DAYS))
@@ -109,12 +112,15 @@ class Counters:
 
     def write(self) -> None:
         """Put every counter row changed by the operation (once each, not once per bump)."""
-        rows = self._rows
+        rows, row_keys = self._rows, self._keys
         store = self._context._store
         for row_key in self.dirty:
             row = rows.get(row_key)
             if row is not None:
-                store.put(store.meta_h, keys.day_key(*row_key), _ROW.pack(*row))
+                key = row_keys.get(row_key)
+                if key is None:
+                    key = row_keys[row_key] = keys.day_key(*row_key)
+                store.put(store.meta_h, key, _ROW.pack(*row))
         self.dirty.clear()
 
     def forget(self, queue: int, tag: int | None = None) -> None:
@@ -122,6 +128,7 @@ class Counters:
         rows = self._rows
         for row_key in [k for k in rows if k[0] == queue and (tag is None or k[1] == tag)]:
             del rows[row_key]
+            self._keys.pop(row_key, None)
             self.dirty.discard(row_key)
         store = self._context._store
         if tag is None:

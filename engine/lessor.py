@@ -15,7 +15,7 @@ from .receipts import pack_body as pack_body_
 from .results import Delivery, Peeked
 from .scope import in_scope, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
-from .store import Store
+from .store import LaneWalk, Scan, Store
 
 EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
 NEVER = 1 << 63  # a time after every deadline
@@ -23,6 +23,9 @@ LEASED_STATES = bytes([LEASED])
 # Entries of one lease batch row at most: a delete writes its batch's row again, so a receive
 # of up to 1000 messages deleted one by one writes rows of at most this many entries.
 BATCH_ENTRIES = 64
+# Receives of at most this many messages from a queue with one lane read its records by
+# point reads (``LaneWalk``), not a new iterator.
+LANE_WALK_MAX = 2
 
 
 class Lessor:
@@ -43,7 +46,8 @@ class Lessor:
         self.room = max_bytes
         self.budget = EXAMINE_LIMIT
         self.out: list[Delivery | Peeked] = []
-        self.tag_moved = False
+        self.tag_moved = False  # the tag's row must be written (delay position, cursors)
+        self.cursor_moved = False  # a cursor moved where the log alone tells it at open
         self.issue = engine._receipts.issue
         self._due_watched = False  # watch_lease_due ran for this receive's due time
         self.batches = 0  # rows of first leases made in line (``_save_batch``)
@@ -54,9 +58,14 @@ class Lessor:
             self._never_delivered()
         if self.dry_run:
             return self.out
-        if self.out or self.tag_moved:
-            self.store.put(self.store.tags_h, keys.tag_key(self.q.id, self.t.id),
-                           self.t.encode_cursors())
+        t = self.t
+        if self.tag_moved or t.lease_counter > t.counter_ceiling:
+            self.store.put(self.store.tags_h, keys.tag_key(self.q.id, t.id), t.encode_cursors())
+        elif self.cursor_moved:
+            # The cursors passed only records the log and the lease rows tell at open (each
+            # leased — its row is in this batch or before —, delayed or out of scope): the
+            # open finds them again (``EngineCore._load_tag``), so the row is not written.
+            t.row_behind = True
         return self.out
 
     def _fits(self, record: bytes) -> bool:
@@ -231,8 +240,11 @@ class Lessor:
             start = max(t.cursors[lane], q.gone_seq, t.start_seq)
             if start > tail:
                 continue
-            lower, upper = keys.log_lane_bounds(q.id, lane, start)
-            it = Store.scan(store.log, lower, upper)
+            it: Scan | LaneWalk
+            if count - len(out) <= LANE_WALK_MAX and len(q.lanes_used) == 1:
+                it = LaneWalk(store.log, qid, lane, start, tail)  # a record or two: point reads
+            else:
+                it = Store.scan(store.log, *keys.log_lane_bounds(qid, lane, start))
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
             # A plain message (no topic) that every message of the tag's scope passes is
             # admitted without the general gate.
@@ -245,11 +257,11 @@ class Lessor:
                 value = value_of()
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
                 self.budget -= 1
-                if visible_ms == enqueue_ms:
-                    seq = seq_of(key_of(), 5)[0]
-                    if seq not in leases and (
-                            (plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
+                if visible_ms == enqueue_ms and (seq := seq_of(key_of(), 5)[0]) not in leases:
+                    if not ((plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
                              and seq >= t.start_seq) or self._admit(seq, value)):
+                        self.tag_moved = True  # passed (a parked topic): the row tells it
+                    else:
                         if self.room is not None and not self._fits(value):
                             break
                         if topic_id == 0 and in_line:
@@ -281,7 +293,7 @@ class Lessor:
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor
-                self.tag_moved = True
+                self.cursor_moved = True
         if self.batches:
             store.pending += self.batches
             if not self._due_watched:

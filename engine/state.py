@@ -28,6 +28,9 @@ LANE_RANGE = range(1, LANES + 1)
 
 _WATERMARKS = struct.Struct(">QQQQQ")
 _CURSORS = struct.Struct(">" + "Q" * (LANES + 8))
+# How far ahead of the next lease number a tag's row stores its counter (``encode_cursors``):
+# the row is written at least once per this many leases of the tag.
+LEASE_NUMBERS_AHEAD = 4096
 _LEASE = struct.Struct(">BBQIQQ")
 _SEGMENT = struct.Struct(">QQQQQ")
 
@@ -152,7 +155,7 @@ class TagState:
         "rewind_older",
         "parked_topics",
         "topic_from", "topic_ended", "row_heap", "stats_cache", "min_due_ms", "delay_hint",
-        "head_heap", "due_index",
+        "head_heap", "due_index", "counter_ceiling", "row_behind",
     )
 
     def __init__(self, tag_id: int, name: str, start_ms: int, start_seq: int,
@@ -167,6 +170,11 @@ class TagState:
         self.delay_vt = 0
         self.delay_seq = 0
         self.lease_counter = 0
+        # The lease counter as its row stores it: a ceiling no lease number issued reaches
+        # (``encode_cursors``); ``row_behind``: the row's cursors lag memory's (the log and
+        # the lease rows tell where they are at open, ``Lessor.run``).
+        self.counter_ceiling = 0
+        self.row_behind = False
         self.leases: dict[int, Lease] = {}
         self.next_wake_ms = -1  # the lease deadline registered for wake-ups, -1 none
         self.locked: dict[int, int] = {}
@@ -269,9 +277,15 @@ class TagState:
                           for seq, vt, dseq in definition.get("rewind_older", ())]
         return t, waited_on
 
-    def encode_cursors(self) -> bytes:
+    def encode_cursors(self, ahead: int = LEASE_NUMBERS_AHEAD) -> bytes:
+        """The tag's row (``tags`` family). Its lease counter is stored ``ahead`` of the next
+        number: a ceiling that no number issued before the row is written again reaches, so
+        a receive that moves cursors only where the log and the lease rows tell them at open
+        need not write the row (``Lessor.run``); a clean close writes it exact."""
+        ceiling = self.counter_ceiling = self.lease_counter + ahead
+        self.row_behind = False
         return _CURSORS.pack(*self.cursors[1:], self.delay_vt, self.delay_seq,
-                             self.lease_counter, self.expiry_due_ms, self.expiry_seq,
+                             ceiling, self.expiry_due_ms, self.expiry_seq,
                              self.rewind_seq, self.rewind_vt, self.rewind_dseq)
 
     def decode_cursors(self, value: bytes) -> None:
@@ -279,6 +293,7 @@ class TagState:
         self.cursors = [0, *fields[:LANES]]
         (self.delay_vt, self.delay_seq, self.lease_counter, self.expiry_due_ms,
          self.expiry_seq, self.rewind_seq, self.rewind_vt, self.rewind_dseq) = fields[LANES:]
+        self.counter_ceiling = self.lease_counter
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from . import keys
 from .storememory import MemoryBounds, MemoryUsage, StoreMemory
 
 #: Table files RocksDB keeps open at most (its table cache); without a bound it keeps every
@@ -98,6 +99,58 @@ class Scan:
         self.value = it.value
         self.next = it.next
         self.prev = it.prev
+
+
+class LaneWalk:
+    """A lane of a queue whose every seq from ``start`` to ``tail`` has a log record (a queue
+    with one lane in use: seqs are dense, and none at or above ``gone_seq`` is collected),
+    walked like a ``Scan`` by point reads: a receive of one message reads two records, and
+    creating and seeking an iterator costs more than that. Past ``STEPS`` records, or at a
+    record that is not there, it goes on as a ``Scan`` from where it is."""
+
+    __slots__ = ("_log", "_key", "_lane", "_seq", "_tail", "_value", "_current", "_steps",
+                 "_scan")
+
+    STEPS = 4
+
+    def __init__(self, log: Rdict, queue_id: int, lane: int, start: int, tail: int):
+        self._log = log
+        self._key = keys.log_key
+        self._lane = (queue_id, lane)
+        self._tail = tail
+        self._steps = 0
+        self._scan: Scan | None = None
+        self._read(start)
+
+    def _read(self, seq: int) -> None:
+        self._seq = seq
+        self._current = key = self._key(*self._lane, seq)
+        value = self._log.get(key) if seq <= self._tail else None
+        if value is None and seq <= self._tail:  # not dense after all: the iterator knows
+            self._scan = Scan(self._log, key, keys.log_lane_bounds(*self._lane)[1], False)
+        self._value = value
+
+    def valid(self) -> bool:
+        if self._scan is not None:
+            return self._scan.valid()
+        return self._value is not None
+
+    def key(self) -> bytes:
+        return self._current if self._scan is None else self._scan.key()
+
+    def value(self) -> bytes:
+        return self._value if self._scan is None else self._scan.value()  # type: ignore
+
+    def next(self) -> None:
+        if self._scan is not None:
+            self._scan.next()
+            return
+        self._steps += 1
+        if self._steps >= self.STEPS and self._seq < self._tail:
+            lower, upper = keys.log_lane_bounds(*self._lane, self._seq + 1)
+            self._scan = Scan(self._log, lower, upper, False)
+            return
+        self._read(self._seq + 1)
 
 
 class RangeReader:
