@@ -149,23 +149,33 @@ class MessagingOps:
         with core._operation() as now:
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
-            results = self._delete_receipts(q, t, receipts, now)
+            touched: list[LeaseBatch] = []
+            results = self._delete_receipts(q, t, receipts, now, touched)
             deleted = results.count(None)
             if deleted:
                 core._counters.count(q.id, t.id, DELETED, deleted)
             core._settle(q, now)
+            if touched:
+                store = core._store
+                batch_put, batches_h, gone = store.batch.put, store.leasebatches_h, q.gone_seq
+                for batch in touched:
+                    # A row wholly below ``gone_seq`` means nothing (opening does not read
+                    # it, reclaiming drops it): the watermarks row written with it says so.
+                    if batch.seqs[-1] >= gone:
+                        batch_put(batch.key, batch.row(), batches_h)
             return results
 
     def _delete_receipts(self, q: QueueState, t: TagState, receipts: Sequence[object],
-                         now: int) -> list[LaminaError | None]:
+                         now: int, touched_out: list[LeaseBatch]) -> list[LaminaError | None]:
         """``delete``'s loop: per receipt None or the error that refused it.
 
         The usual delete — the very receipt this process issued for a current lease, on a
         tag with no topic head and no rewind in effect, below its lane's cursor — is done
         here in line: the lease leaves memory and its row is written back ``ENDED_DELETED``,
         exactly as ``EngineCore._lease_dropped`` does for it; a lease held by a batch row
-        (leasebatch.py) is marked deleted there, and each such row is written once. Anything
-        else goes the general way (``_current_lease``, ``_lease_dropped``)."""
+        (leasebatch.py) is marked deleted there, and each such row goes to ``touched_out``
+        once, for ``delete`` to write after settling ``gone_seq``. Anything else goes the
+        general way (``_current_lease``, ``_lease_dropped``)."""
         core = self._core
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
@@ -215,10 +225,8 @@ class MessagingOps:
         if dropped:
             t.due_index.discard_all(dropped)
         if touched is not None:
-            batches_h = store.leasebatches_h
-            for batch in {id(b): b for b in (*others, touched)}.values():
-                batch_put(batch.key, batch.row(), batches_h)
-                key = batch.key
+            touched_out.extend({id(b): b for b in (*others, touched)}.values())
+            key = touched.key
         if in_line:
             store.pending += in_line
             store.written.append(key)  # names the queue, should the write fail

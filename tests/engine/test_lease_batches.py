@@ -5,10 +5,13 @@ deletes; and rewinds, visibility changes and reclaimed segments must leave no st
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from lamina.engine import Engine, keys
 from lamina.engine.store import Store
+from lamina.tools.snapshot import Snapshot
+from lamina.tools.verify import verify
 
 START = 1_700_000_000_000
 
@@ -156,3 +159,32 @@ def _three_held_the_second_changed(open_engine: Any) -> tuple[Any, list[Any], An
     held = engine.receive("q", max=3)
     (changed,) = engine.change_visibility("q", [[held[1].receipt, 100]])
     return engine, held, changed
+
+
+def test_a_batch_whose_delete_passes_gone_seq_is_not_written_again_and_stays_deleted(
+        open_engine, clock, tmp_path):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"m%d" % i for i in range(20)])
+    clock.advance(1)  # the messages of the current ms are kept (rewind 0 reaches them)
+    held = engine.receive("q", max=16)
+    stored = dict(Store.items(engine._store.leasebatches, *keys.queue_bounds(1)))
+    assert engine.delete("q", [d.receipt for d in held]) == [None] * 16
+    # gone_seq passed the whole batch in the same write: its row, which opening no longer
+    # reads, is left as the receive wrote it until its segment is reclaimed.
+    assert dict(Store.items(engine._store.leasebatches, *keys.queue_bounds(1))) == stored
+    # As a kill -9 leaves it: the directory of the running engine, copied.
+    shutil.copytree(tmp_path / "data", tmp_path / "killed")
+    clock.advance(31_000)  # past the leases' deadline: a lease read back would be Active
+    for path in (tmp_path / "killed", tmp_path / "data"):
+        if path.name == "data":
+            engine.close()
+        again = Engine.open(path, clock=clock)
+        try:
+            assert [d.body for d in again.receive("q", max=20)] == [b"m%d" % i
+                                                                   for i in range(16, 20)]
+            assert sum(day["deleted"] for day in again.stats("q")) == 16
+        finally:
+            again.close()
+    with Snapshot(tmp_path / "killed") as snapshot:
+        assert not verify(snapshot).findings
