@@ -4,14 +4,11 @@ exact, and after a killed process time never goes back to before anything it ack
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-
 import pytest
 
 from lamina.engine import Engine, keys
 from lamina.engine.clock import CLOCK_AHEAD_MS
+from tests.support.stores import run_killed
 
 
 def stored_clock(engine: Engine) -> int:
@@ -53,10 +50,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 @pytest.mark.slow
 def test_after_a_killed_process_time_goes_on_from_past_what_was_acknowledged(tmp_path):
     path = tmp_path / "data"
-    child = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
-                           text=True, timeout=120)
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    last = int(child.stdout)
+    last = int(run_killed(CHILD, path))
     with Engine.open(path) as engine:
         assert engine.send("q", [b"after"])[0].enqueue_time >= last
         assert engine._clock.last_ms >= last

@@ -3,10 +3,7 @@ row, the open segment's row only now and then; opening derives both from the log
 
 from __future__ import annotations
 
-import signal
 import struct
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,6 +13,7 @@ from lamina.engine import Engine, QueueFull, Unavailable, keys
 from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.state import SEGMENT_SAVE_MESSAGES, Segment
 from tests.engine.test_lease_deadlines import raw_store
+from tests.support.stores import run_killed
 
 STORAGE = ("messages", "bytes", "segments", "oldest", "newest", "rewindable")
 
@@ -206,10 +204,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 @pytest.mark.slow
 def test_counters_and_segments_are_exact_after_a_killed_process(tmp_path):
     path = tmp_path / "data"
-    child = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
-                           text=True, timeout=120)
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    sent, size = map(int, child.stdout.split())
+    sent, size = map(int, run_killed(CHILD, path).split())
     with Engine.open(path) as engine:
         days = engine.stats("q")  # one day, or two across midnight
         assert (sum(d["sent"] for d in days), sum(d["bytes_in"] for d in days)) == (sent, size)

@@ -5,14 +5,12 @@ again, and the lease counter the row holds is a ceiling no issued number reaches
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 
 import pytest
 
 from lamina.engine import Engine, StaleReceipt
 from lamina.engine.receipts import unpack_body
+from tests.support.stores import run_killed
 
 CHILD = r"""
 import json, os, signal, sys
@@ -39,10 +37,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 @pytest.mark.slow
 def test_cursors_ahead_of_their_row_are_found_again_after_a_killed_process(tmp_path):
     path = tmp_path / "data"
-    child = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
-                           text=True, timeout=120)
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    before = json.loads(child.stdout)
+    before = json.loads(run_killed(CHILD, path))
     numbers_before = [unpack_body(bytes.fromhex(receipt))[4]
                       for _, receipt in before["inflight"]]
     with Engine.open(path) as engine:

@@ -7,6 +7,8 @@ DATA_DIR sending batches to QUEUE for SECONDS (a writer process beside the reade
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -89,3 +91,12 @@ def write_forever(path: Path, queue: str, seconds: float) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write_forever(Path(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
+
+
+def run_killed(script: str, path: Path) -> str:
+    """Run ``script`` in a child Python with ``path`` as its argument; the script ends by
+    killing itself with SIGKILL (as a crash would). Returns what it printed."""
+    child = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
+                           text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    return child.stdout
