@@ -116,21 +116,14 @@ class PollPolicy:
     def _choose(self) -> None:
         """Rule 2: the longest window within ``TIE_SLACK`` of the cheapest, if that beats
         sleeping; then halve the weights."""
-        counts, sums, price = self._counts, self._sums, self.max_window_s
-        missed = sum(counts)
-        sleeping = missed * price  # never polling: a wake-up for every gap
-        costs: list[tuple[float, float]] = []
-        spent = 0.0
-        for index in range(BUCKETS):
-            spent += sums[index]
-            missed -= counts[index]
-            window_s = (index + 1) * self._bucket_s
-            costs.append((spent + missed * (window_s + price), window_s))
+        sleeping = self.cost_s(0.0)  # never polling: a wake-up for every gap
+        costs = [(self.cost_s(window_s), window_s)
+                 for window_s in ((index + 1) * self._bucket_s for index in range(BUCKETS))]
         bound = min(sleeping, min(costs)[0] * (1 + TIE_SLACK))
         self.window_s = max((window_s for cost, window_s in costs
                              if cost <= bound and cost < sleeping), default=0.0)
-        self._counts = [count / 2 for count in counts]
-        self._sums = [total / 2 for total in sums]
+        self._counts = [count / 2 for count in self._counts]
+        self._sums = [total / 2 for total in self._sums]
         self._seen = 0
 
 
