@@ -188,8 +188,8 @@ class MessagingOps:
         append = results.append
         key = b""
         in_line = 0
-        touched: LeaseBatch | None = None  # the batch rows of deleted leases (usually one)
-        others: list[LeaseBatch] = []
+        touched: dict[int, LeaseBatch] = {}  # the batch rows of deleted leases (usually one)
+        last: LeaseBatch | None = None  # the latest of them
         for receipt in receipts:
             if (type(receipt) is bytes and len(receipt) == RECEIPT_BYTES and not t.heads
                     and not t.rewind_vt):
@@ -207,10 +207,8 @@ class MessagingOps:
                                             lease.first_ms, 0), leases_h)
                     else:  # its batch row is written once, below
                         batch.states[bisect_left(batch.seqs, seq)] = ENDED_DELETED
-                        if batch is not touched:
-                            if touched is not None:
-                                others.append(touched)
-                            touched = batch
+                        if batch is not last:
+                            last = touched[id(batch)] = batch
                     drop((lease.due_ms, seq))
                     in_line += 1
                     append(None)
@@ -224,9 +222,9 @@ class MessagingOps:
             append(None)
         if dropped:
             t.due_index.discard_all(dropped)
-        if touched is not None:
-            touched_out.extend({id(b): b for b in (*others, touched)}.values())
-            key = touched.key
+        if last is not None:
+            touched_out.extend(touched.values())
+            key = last.key
         if in_line:
             store.pending += in_line
             store.written.append(key)  # names the queue, should the write fail
