@@ -34,7 +34,6 @@ __all__ = [
 PEEK_STATES = frozenset({"active", "inflight", "delayed", "parked", "deleted", "dead"})
 
 
-
 class Deliverable(Protocol):
     """What a receive response splices per delivery: the engine's ``Delivery``, or a
     :class:`DeliveryFrame`. ``record`` is the stored, already-encoded CBOR record (PROTOCOL §4)."""
@@ -171,8 +170,6 @@ _USUAL_DELIVERY_TAIL = struct.Struct(">BBQBQ")
 _U64_HEAD = 0x1B
 _U32_END = 0x100000000
 _U64_END = 0x10000000000000000
-
-
 
 
 def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
