@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 import trio
 
@@ -32,22 +32,14 @@ from lamina.engine.errors import (
 from lamina.wire.protocol import Request
 
 from .bugs import internal_error
-from .dispatch import (
-    Answer,
-    Continuation,
-    MapAnswer,
-    ReceiveAnswer,
-    apply_operation,
-    check_request,
-    receive_call,
-    wait_seconds,
-)
+from .dispatch import Answer, Continuation, MapAnswer, apply_operation, check_request
 from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
 from .metrics import ServerMetrics
 from .ports import Requester, Work
-from .waiters import Waiter, WaitingReceives, tag_key
+from .receives import NO_MESSAGES, Receives
+from .waiters import Waiter, WaitingReceives
 
 __all__ = ["EngineJob", "GroupApplier", "TICK"]
 
@@ -64,7 +56,6 @@ SYNC_GATHER_CHECKPOINTS = 2
 _NO_GROUP = contextlib.nullcontext()
 #: Ops answered without an engine call: the engine's next deadline cannot have moved.
 _NO_ENGINE_OPS = frozenset({"ping", "server_info", "auth"})
-_NO_MESSAGES = ReceiveAnswer([])
 
 
 class GroupApplier:
@@ -89,11 +80,9 @@ class GroupApplier:
         self.auth_required = auth_required
         self._server_info = server_info
         self._on_deadline_changed = on_deadline_changed
-        self._on_wait_added = on_wait_added
         self.waiting = WaitingReceives()
+        self.receives = Receives(self.waiting, metrics, max_frame_bytes, on_wait_added)
         self.long_work = LongWork()  # long work running in chunks (longwork.py)
-        #: No new wait starts (shutdown).
-        self.stopping = False
         #: WAL syncs done (``--fsync``): one per group commit that wrote something.
         self.syncs = 0
         self.groups = 0
@@ -112,8 +101,17 @@ class GroupApplier:
         self._sync_wake = trio.Event()
         self._applying_done = False  # the applier has applied its last group
 
+    @property
+    def stopping(self) -> bool:
+        """No new wait starts (shutdown)."""
+        return self.receives.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self.receives.stopping = value
+
     def attach(self, engine: Engine) -> None:
-        self.engine = engine
+        self.engine = self.receives.engine = engine
         engine.on_activity = self.waiting.mark_due
         self.deadline_ms = engine.next_deadline()
 
@@ -143,7 +141,7 @@ class GroupApplier:
         waiter.owner.forget_wait(waiter)
         if not waiter.claimed and self.waiting.remove(waiter):
             waiter.claimed = True
-            waiter.answer(waiter.request_id, _NO_MESSAGES)
+            waiter.answer(waiter.request_id, NO_MESSAGES)
             self.metrics.observe("receive", "ok", time.perf_counter() - waiter.op_started)
 
     def drop_wait(self, waiter: Waiter) -> None:
@@ -210,7 +208,8 @@ class GroupApplier:
                            started: float) -> bool:
         """``apply_now`` of the requests of one read (a client awaiting their answers), one
         group, applied and answered here without a Work or a group's bookkeeping unless more
-        is to do (--fsync, waiters, due deadlines, a wait begun or ended: a group as any)."""
+        is to do (--fsync, due deadlines, a wait ended, or more than the lone wait begun or
+        the waiters woken that this path answers itself: a group as any)."""
         if not self._applier_idle:
             return False
         deadline = self.deadline_ms
@@ -229,6 +228,12 @@ class GroupApplier:
                     self._set_deadline()
                     self.metrics.observe_group(1, time.perf_counter() - started)
                     return True
+            if answer is not None and self.waiting.any_due and not (answers or replies):
+                # The first request of the read woke waiters (the answers of requests before
+                # it would go out before theirs; due deadlines run first: a group for both).
+                deadline = self.deadline_ms
+                if deadline is None or deadline > self.clock():
+                    answer = self._answer_woken(answer)
             if answer is None or replies or self.waiting.any_due:
                 self._finish_as_group(requester, requests, answers, answer, replies, started)
                 return True
@@ -257,6 +262,20 @@ class GroupApplier:
         self._set_deadline()
         return True
 
+    def _answer_woken(self, answer: Answer) -> Answer:
+        """Without --fsync, the first request of a read answered now made waiters' tags due
+        (a send to a queue a receive waits on): serve them, answering the receives it woke at
+        once, before it (receives.py rule 3); -> its answer (a group's failure if serving
+        failed outside any one receive)."""
+        receives = self.receives
+        try:
+            receives.serve(None)
+            if self.waiting.any_due:  # a retry made more due: the group's edge would serve it
+                receives.serve(None)
+        except Exception as exc:
+            return group_failure(exc)
+        return answer
+
     def _finish_as_group(self, requester: Requester, requests: list[Request],
                          answers: list[Answer], answer: Answer | None, ended: list[Reply],
                          started: float, done: bool = False) -> None:
@@ -269,7 +288,7 @@ class GroupApplier:
         failure: LaminaError | None = None
         try:
             if self.waiting.any_due:  # woken waits are answered first (``_apply_work``)
-                self._serve_waiters(replies)
+                self.receives.serve(replies)
             if answer is not None:
                 last = requests[len(answers)]
                 replies.append(Reply(requester, last.id, answer, last.op, started))
@@ -403,7 +422,7 @@ class GroupApplier:
                 if not chunk:
                     self._group_edge(replies)
                 elif waiting.any_due:
-                    self._serve_waiters(replies)
+                    self.receives.serve(replies)
                 for item in items:
                     if type(item) is Work:
                         self._apply_work(item, replies)
@@ -418,7 +437,7 @@ class GroupApplier:
                         engine, lambda *reply: replies.append(Reply(*reply)),
                         lambda work: self._apply_work(work, replies))
                     if waiting.any_due:
-                        self._serve_waiters(replies)
+                        self.receives.serve(replies)
                 else:
                     self._group_edge(replies)
         except Exception as exc:
@@ -431,7 +450,7 @@ class GroupApplier:
         if self.deadline_ms is not None:
             self._run_due_deadlines()
         if self.waiting.any_due:
-            self._serve_waiters(replies)
+            self.receives.serve(replies)
 
     def _answer_group(self, group: AppliedGroup) -> None:
         """Queue every answer of a durable group; the answers of one connection go out in
@@ -479,7 +498,7 @@ class GroupApplier:
             # Receives it woke are answered before it: they waited longest, and each answer
             # written wakes its client, a cost on the path of the answers written after it.
             if waiting.any_due:
-                self._serve_waiters(replies)
+                self.receives.serve(replies)
             if answer is not None:
                 replies.append(Reply(connection, request.id, answer, request.op, started))
 
@@ -494,7 +513,7 @@ class GroupApplier:
             caller = self.caller_of(connection) if self.auth_required else None
             queue = args.get("queue")
             if op == "receive":
-                received = self._receive(connection, request, caller, started)
+                received = self.receives.attempt(connection, request, caller, started)
                 if received is None:
                     return None  # waiting
                 answer = received
@@ -516,7 +535,7 @@ class GroupApplier:
                     return None
                 answer = result
                 if op in ("delete_queue", "delete_tag") and not isinstance(answer, LaminaError):
-                    self._end_waits_on_deleted(op, args, replies)
+                    self.receives.end_waits_on_deleted(op, args, replies)
         except LaminaError as exc:
             answer = exc.with_traceback(None)
         except Exception as exc:  # a bug in this request alone (rule 4)
@@ -527,74 +546,3 @@ class GroupApplier:
             if type(queue) is str and not isinstance(answer, LaminaError):
                 self.metrics.count_traffic(queue)
         return answer
-
-    # -- receives and waiters ------------------------------------------------------------------
-
-    def _receive(self, connection: Requester, request: Request, caller: str | None,
-                 started: float) -> ReceiveAnswer | None:
-        """One attempt; if it found nothing and may wait, register a waiter (-> None)."""
-        args = request.args
-        wait_s = wait_seconds(args)
-        answer = receive_call(self.engine, args, caller, request.id, self.max_frame_bytes)
-        if answer.deliveries:
-            return answer
-        if wait_s is None:
-            wait_s = self._polling_wait(args["queue"])
-        if wait_s <= 0 or self.stopping:
-            return answer
-        deadline = trio.current_time() + wait_s
-        waiter = Waiter(connection, connection.answer, request.id, started, args, caller,
-                        deadline, tag_key(args["queue"], args.get("tag")))
-        if not connection.start_wait(waiter):  # ending, or at its max_waiting
-            return answer
-        self.waiting.add(waiter)
-        self._on_wait_added(deadline)
-        return None
-
-    def _polling_wait(self, queue: str) -> float:
-        """The queue's ``polling_wait`` (the default ``wait``)."""
-        return self.engine.queue_attributes(queue)["polling_wait"]
-
-    def _serve_waiters(self, replies: list[Reply]) -> None:
-        """Waiters rule 2: retry the waiters of due tags, oldest first, until one finds
-        nothing (a bounded number of rounds: a retry may itself mark a tag due)."""
-        max_frame = self.max_frame_bytes
-        for _ in range(3):
-            due = self.waiting.take_due()
-            if not due:
-                return
-            for key in due:
-                for waiter in self.waiting.waiting_on(key):
-                    answer: Answer
-                    try:
-                        answer = receive_call(self.engine, dict(waiter.args), waiter.caller,
-                                              waiter.request_id, max_frame)
-                    except LaminaError as exc:
-                        answer = exc.with_traceback(None)
-                    except Exception as exc:
-                        answer = internal_error("receive", exc)
-                    if isinstance(answer, ReceiveAnswer) and not answer.deliveries:
-                        break
-                    self._claim(waiter, answer, replies)
-
-    def _claim(self, waiter: Waiter, answer: Answer, replies: list[Reply]) -> None:
-        self.waiting.remove(waiter)
-        waiter.claimed = True
-        waiter.owner.forget_wait(waiter)
-        # Every waiter's owner is the Requester of its receive (``_receive``).
-        replies.append(Reply(cast(Requester, waiter.owner), waiter.request_id, answer,
-                              "receive", waiter.op_started))
-
-    def _end_waits_on_deleted(self, op: str, args: dict[str, Any],
-                              replies: list[Reply]) -> None:
-        """DESIGN §2: delete_queue / delete_tag end their waits with QueueNotFound /
-        TagNotFound."""
-        queue = args["queue"]
-        if op == "delete_queue":
-            waiters = self.waiting.on_queue(queue)
-            error: LaminaError = QueueNotFound(f"queue: {queue!r} was deleted", field="queue")
-        else:
-            waiters = self.waiting.on_tag(queue, args["tag"])
-            error = TagNotFound(f"tag: {args['tag']!r} was deleted", field="tag")
-        for waiter in waiters:
-            self._claim(waiter, error, replies)

@@ -51,8 +51,9 @@ class WaitOwner(Protocol):
 
 @dataclass(eq=False, slots=True)
 class Waiter:
-    """One waiting receive. ``args`` are the engine arguments of its retries; ``answer``
-    queues an answer to ``request_id`` at its owner."""
+    """One waiting receive. ``args``, ``caller`` and ``max_bytes`` are the engine arguments
+    of its retries, checked once when it began; ``answer`` queues an answer to
+    ``request_id`` at its owner."""
 
     owner: WaitOwner
     answer: Callable[[int, Any], None]
@@ -63,6 +64,7 @@ class Waiter:
     deadline: float  # trio clock
     key: TagKey
     claimed: bool = False
+    max_bytes: int | None = None  # the receive's frame budget (dispatch.receive_budget)
 
 
 class WaitingReceives:
