@@ -10,7 +10,8 @@ that polled for 100 µs after each; awaited one-message sends went from 4,700/s 
 
 Polling pays only when the next request comes soon after the server went idle; a window that
 passes without a read is CPU spent for nothing, and with sparse traffic that would be all of
-it. So the window adapts to the traffic (``PollPolicy``, a ski-rental rule on measured gaps):
+it. So the window adapts to the traffic (``PollPolicy``, a ski-rental rule on measured gaps),
+and to who read last (rule 6):
 
 1. Every read that ends an idle spell of the server is one observation: the *gap*, how long
    the server was idle before it. Polling for a window ``w`` would have cost ``gap`` of CPU
@@ -38,6 +39,13 @@ it. So the window adapts to the traffic (``PollPolicy``, a ski-rental rule on me
    checkpoints means other tasks ran: the server was not idle. (CPU time, not wall time: a
    loop preempted by other processes did no work, and must not poll on for it.)
 5. ``--busy-poll-us 0`` turns it off: the task returns at once and ``kick`` does nothing.
+6. Each reader (a connection: ``reader_kick``) has a policy of its own, fed the gaps that
+   followed its reads: the window after a read is chosen from what came after that reader's
+   earlier reads. A consumer's long poll is re-issued right after the send that woke it was
+   answered, while the producer's next send waits for its schedule: after the send's read
+   polling pays, after the last of the consumer's it does not, and one policy for both would
+   poll after every read or after none. One connection of round trips gets what one policy
+   for all would give it. Reads without a reader of their own (the SQS gateway's) share one.
 
 A read that comes while the server is busy (an idle spell under ``MIN_GAP_S``) is no
 observation: polling would neither have cost nor saved anything for it.
@@ -45,6 +53,7 @@ observation: polling would neither have cost nor saved anything for it.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Awaitable, Callable
 
@@ -136,40 +145,60 @@ class BusyPoll:
     def __init__(self, window_s: float, *, clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.thread_time) -> None:
         self.window_s = window_s
+        #: The policy of reads without a reader of their own (rule 6).
         self.policy = PollPolicy(window_s)
         self._clock, self._cpu_clock = clock, cpu_clock
         self._polling = False
         self._read = False  # a read came while polling
+        #: Rule 6: the policy of the last read (it chooses the window after it, and is fed
+        #: the gap that follows), and while polling that of the read before a caught one.
+        self._last = self.policy
+        self._caught_after = self.policy
         # Rule 3, asleep: a mark to tell how long the server was idle before a read (a moment
         # and the loop's CPU time then). Idle since = wall time since it - CPU time used since.
         self._mark_s, self._mark_cpu_s = clock(), cpu_clock()
         self._wake = trio.Event()
-        #: Windows polled, reads that came while polling (each a wake-up saved), and the CPU
-        #: seconds the polling task spent on its own checkpoints (what polling cost): for
-        #: tests, for tuning, and logged when the server stops.
+        #: Windows polled, reads that came while polling (each a wake-up saved), the CPU
+        #: seconds the polling task spent on its own checkpoints (what polling cost), and of
+        #: those the ones after a window's last read (polled for nothing): for tests, for
+        #: tuning, and logged when the server stops.
         self.windows = 0
         self.caught = 0
         self.cpu_s = 0.0
+        self.wasted_cpu_s = 0.0
+
+    @property
+    def window_now_s(self) -> float:
+        """The window the last read's reader would poll for (rule 6)."""
+        return self._last.window_s
 
     @property
     def polling(self) -> bool:
         """Whether the server is polling now."""
         return self._polling
 
-    def kick(self) -> None:
-        """Bytes were read: observe the gap before them (rule 3), and poll once the server
-        is idle again if the policy says so."""
+    def reader_kick(self) -> Callable[[], None]:
+        """``kick`` for one reader (a connection), with a policy of its own (rule 6)."""
+        return functools.partial(self.kick, PollPolicy(self.window_s))
+
+    def kick(self, policy: PollPolicy | None = None) -> None:
+        """Bytes were read (by the reader of ``policy``; None: one without a policy of its
+        own): observe the gap before them (rule 3) for the read before, and poll once the
+        server is idle again if this reader's policy says so (rule 6)."""
         if not self.window_s:
             return
+        if policy is None:
+            policy = self.policy
         if self._polling:
             self._read = True  # the polling task observes its gap
+            self._caught_after, self._last = self._last, policy
             return
         now, now_cpu = self._clock(), self._cpu_clock()
         idle_s = (now - self._mark_s) - (now_cpu - self._mark_cpu_s)
         self._mark_s, self._mark_cpu_s = now, now_cpu
-        policy = self.policy
         if idle_s >= MIN_GAP_S:
-            policy.observe(idle_s)
+            self._last.observe(idle_s)
+        self._last = policy
         if policy.window_s:
             self._polling = True
             self.windows += 1
@@ -193,8 +222,9 @@ class BusyPoll:
             self._polling = False
 
     async def _poll(self, checkpoint: Callable[[], Awaitable[object]]) -> None:
-        clock, cpu, policy = self._clock, self._cpu_clock, self.policy
+        clock, cpu = self._clock, self._cpu_clock
         idle_since, last_now, last_cpu = clock(), clock(), cpu()
+        since_read_cpu_s = 0.0  # polled since the window's last read
         while True:
             await checkpoint()  # rule 4
             now, now_cpu = clock(), cpu()
@@ -205,14 +235,17 @@ class BusyPoll:
                 self.caught += 1
                 gap_s = last_now - idle_since  # idle until the read's task ran
                 if gap_s >= MIN_GAP_S:
-                    policy.observe(gap_s)
+                    self._caught_after.observe(gap_s)
                 idle_since = now
+                since_read_cpu_s = 0.0
             elif worked > WORK_GAP_S:  # other tasks ran: not idle
                 idle_since += worked
             else:
                 self.cpu_s += worked
-                window_s = policy.window_s
+                since_read_cpu_s += worked
+                window_s = self._last.window_s  # rule 6: the last reader's
                 if now - idle_since >= window_s:  # the window passed without a read
                     self._mark_s, self._mark_cpu_s = idle_since, now_cpu
+                    self.wasted_cpu_s += since_read_cpu_s
                     return
             last_now = now

@@ -248,8 +248,9 @@ class Server:
                                         "busy_poll_windows": poll.windows,
                                         "busy_poll_caught": poll.caught,
                                         "busy_poll_cpu_s": round(poll.cpu_s, 6),
+                                        "busy_poll_wasted_cpu_s": round(poll.wasted_cpu_s, 6),
                                         "busy_poll_window_us": round(
-                                            poll.policy.window_s * 1e6, 1)})
+                                            poll.window_now_s * 1e6, 1)})
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown (SIGTERM / SIGINT)."""
@@ -317,7 +318,7 @@ class Server:
                 with trio.fail_after(self.config.auth_timeout_s):
                     await wrapped.do_handshake()
             connection = Connection(self.applier, self.limits, wrapped, peer,
-                                    budget=self.budget, on_read=self.busy_poll.kick
+                                    budget=self.budget, on_read=self.busy_poll.reader_kick()
                                     if self.busy_poll.window_s else None)
             self.connections.add(connection)
             self.metrics.connections.inc()

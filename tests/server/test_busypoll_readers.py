@@ -1,0 +1,95 @@
+"""Busy polling per reader (server/busypoll.py rule 6): the window after a read is chosen from
+the gaps that followed that reader's earlier reads."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+
+from lamina.client import Client
+from lamina.server.busypoll import EPOCH, BusyPoll
+
+from tests.server.test_busypoll import US, FakeClocks, _poll_with
+from tests.support.servers import running_server
+
+def _producer_then_consumer(clocks: FakeClocks, poll: BusyPoll, producer: Callable[[], None],
+                            consumer: Callable[[], None], rounds: int) -> list[bool]:
+    """``rounds`` of: the producer's read, 20 µs idle, the consumer's read, 400 µs idle (as
+    W3's send and the long poll it wakes); -> whether each read armed polling, in turn."""
+    armed = []
+    for _ in range(rounds):
+        for kick, gap_after_us in ((producer, 20), (consumer, 400)):
+            kick()
+            clocks.work(10 * US)
+            armed.append(poll.polling)
+            poll._polling = False  # the window itself is not run here
+            clocks.idle(gap_after_us * US)
+    return armed
+
+
+def test_each_reader_polls_after_its_reads_only_when_the_next_read_came_soon() -> None:
+    clocks = FakeClocks()
+    poll = _poll_with(clocks)
+    producer, consumer = poll.reader_kick(), poll.reader_kick()
+    armed = _producer_then_consumer(clocks, poll, producer, consumer, 2 * EPOCH)
+    assert armed[-2:] == [True, False]  # after the producer's read only
+    assert poll.windows == EPOCH  # from its first epoch on, once a round
+
+
+def test_reads_without_a_reader_share_one_policy() -> None:
+    clocks = FakeClocks()
+    poll = _poll_with(clocks)
+    armed = _producer_then_consumer(clocks, poll, poll.kick, poll.kick, 2 * EPOCH)
+    assert armed[-2:] == [True, True]  # half the gaps short: a window after every read
+
+
+def test_a_read_caught_while_polling_makes_the_window_its_readers() -> None:
+    clocks = FakeClocks()
+    poll = _poll_with(clocks)
+    producer, consumer = poll.reader_kick(), poll.reader_kick()
+    _producer_then_consumer(clocks, poll, producer, consumer, 2 * EPOCH)
+    producer()
+    assert poll.polling
+    steps: list[Any] = [lambda: (consumer(), clocks.work(10 * US))]
+    taken = 0
+
+    async def checkpoint() -> None:
+        nonlocal taken
+        step = steps[taken] if taken < len(steps) else None
+        taken += 1
+        if step is None:
+            clocks.work(5 * US)
+        else:
+            step()
+
+    coroutine = poll.poll_window(checkpoint)
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        pass
+    # The consumer's read was caught; the window then followed the consumer's policy (none):
+    # it ended at the next idle checkpoint instead of polling 100 µs more.
+    assert poll.caught == 1 and taken == 2 and not poll.polling
+
+
+async def test_a_server_polls_after_the_reads_of_the_connection_that_is_answered_soon(
+        tmp_path: Path) -> None:
+    rounds = 2 * EPOCH + 16
+    async with running_server(tmp_path, busy_poll_us=5000) as server:
+        def producer_and_consumer() -> None:
+            with Client.connect("127.0.0.1", server.port) as first, \
+                    Client.connect("127.0.0.1", server.port) as second:
+                for _ in range(rounds):
+                    first.ping()
+                    second.ping()  # right after the first's answer
+                    time.sleep(0.02)  # four windows apart
+        await trio.to_thread.run_sync(producer_and_consumer)
+        await trio.sleep(0.05)
+        poll = server.busy_poll
+        # A window after the first's reads (catching the second's), none after the second's:
+        # one policy for both would poll on after every read of the second for nothing.
+        assert poll.caught >= EPOCH // 2
+        assert poll.wasted_cpu_s < rounds * 300 * US
