@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import trio
 
 from lamina.client import Client
 from lamina.server.busypoll import EPOCH, BusyPoll
 
-from tests.server.test_busypoll import US, FakeClocks, _poll_with
+from tests.server.test_busypoll import US, FakeClocks, _poll_with, _run_window
 from tests.support.servers import running_server
 
 def _producer_then_consumer(clocks: FakeClocks, poll: BusyPoll, producer: Callable[[], None],
@@ -53,26 +53,15 @@ def test_a_read_caught_while_polling_makes_the_window_its_readers() -> None:
     _producer_then_consumer(clocks, poll, producer, consumer, 2 * EPOCH)
     producer()
     assert poll.polling
-    steps: list[Any] = [lambda: (consumer(), clocks.work(10 * US))]
-    taken = 0
 
-    async def checkpoint() -> None:
-        nonlocal taken
-        step = steps[taken] if taken < len(steps) else None
-        taken += 1
-        if step is None:
-            clocks.work(5 * US)
-        else:
-            step()
+    def read() -> None:  # the consumer's reader, between two of the polling task's checkpoints
+        consumer()
+        clocks.work(10 * US)
 
-    coroutine = poll.poll_window(checkpoint)
-    try:
-        coroutine.send(None)
-    except StopIteration:
-        pass
+    taken = _run_window(poll, clocks, [read])
     # The consumer's read was caught; the window then followed the consumer's policy (none):
     # it ended at the next idle checkpoint instead of polling 100 µs more.
-    assert poll.caught == 1 and taken == 2 and not poll.polling
+    assert poll.caught == 1 and taken == 2
 
 
 async def test_a_server_polls_after_the_reads_of_the_connection_that_is_answered_soon(
