@@ -418,9 +418,19 @@ class Connection:
             return False
         if len(events) == 1:  # the commonest: one request
             request = events[0]
-            if type(request) is Request and request.op not in BOUNDED_ANSWER_OPS:
-                return self.applier.apply_requests_now(self, events, started)
-        elif len(events) > REQUEST_SLICE:
+            if type(request) is Request:
+                if request.op not in BOUNDED_ANSWER_OPS:
+                    return self.applier.apply_requests_now(self, events, started)
+                # rule 3, as in _handle (a receive: its answer's bound)
+                outbox = self.outbox
+                if not outbox.reserve(request.id, answer_bound_bytes(
+                        request, self.limits.max_frame_bytes)):
+                    return False
+                if self.applier.apply_requests_now(self, events, started):
+                    return True
+                outbox.release(request.id)
+            return False
+        if len(events) > REQUEST_SLICE:
             return False
         bounded = False
         for request in events:

@@ -86,9 +86,18 @@ class WaitingReceives:
         return self._live
 
     def add(self, waiter: Waiter) -> None:
-        queue, tag = waiter.key
-        self._by_tag.setdefault(waiter.key, {})[waiter] = None
-        self._tags_of_queue.setdefault(queue, set()).add(tag)
+        key = waiter.key
+        fifo = self._by_tag.get(key)
+        if fifo is None:  # the usual: its tag's only waiter (no container made for nothing)
+            self._by_tag[key] = {waiter: None}
+            queue, tag = key
+            tags = self._tags_of_queue.get(queue)
+            if tags is None:
+                self._tags_of_queue[queue] = {tag}
+            else:
+                tags.add(tag)
+        else:
+            fifo[waiter] = None
         self._live += 1
         deadlines = self._deadlines
         if len(deadlines) > 2 * self._live + 1024:

@@ -1,0 +1,41 @@
+"""A read of one request whose answer may be large (a receive, a peek) is applied in place
+only while its answer's bound fits the connection's cap (connection.py rule 3), as the
+requests of larger reads are."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import cbor2
+import trio
+
+from lamina.client import AsyncClient
+from tests.support.servers import RawConnection, running_server
+
+
+def frame(item: object) -> bytes:
+    body = cbor2.dumps(item)
+    return struct.pack(">I", len(body)) + body
+
+
+async def test_lone_reads_of_large_answers_stop_at_the_unsent_cap(tmp_path: Path) -> None:
+    max_frame = 2 * 1024 * 1024
+    async with running_server(tmp_path, max_frame=max_frame) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("big", {"max_message_size": 1048576})
+            await client.send("big", [b"x" * 1_000_000])
+        slow = await RawConnection.open(server.port)
+        for n in range(1, 41):  # ~40 MB of answers that we do not read yet, one a read
+            await slow.send_bytes(frame([n, "peek", {"queue": "big", "start": 0}]))
+            await trio.sleep(0.005)
+        await trio.sleep(0.2)
+        (conn,) = server.connections
+        # Each peek's answer is bounded by max_frame: the reader stops once the cap would
+        # be passed (what the socket's buffers took is not counted).
+        assert conn.unsent_bytes <= 4 * max_frame + max_frame
+        assert conn.proto.outstanding_count > 0  # some were not even applied
+        with trio.fail_after(20):
+            for _ in range(40):
+                event = await slow.next_event()
+                assert event.error is None
