@@ -10,7 +10,6 @@ from pathlib import Path
 import cbor2
 import trio
 
-from lamina.client import AsyncClient
 from tests.support.servers import RawConnection, running_server
 
 
@@ -22,10 +21,11 @@ def frame(item: object) -> bytes:
 async def test_lone_reads_of_large_answers_stop_at_the_unsent_cap(tmp_path: Path) -> None:
     max_frame = 2 * 1024 * 1024
     async with running_server(tmp_path, max_frame=max_frame) as server:
-        async with AsyncClient.connect("127.0.0.1", server.port) as client:
-            await client.create_queue("big", {"max_message_size": 1048576})
-            await client.send("big", [b"x" * 1_000_000])
         slow = await RawConnection.open(server.port)
+        await slow.call("create_queue", {"queue": "big",
+                                         "attributes": {"max_message_size": 1048576}})
+        assert (await slow.call("send", {"queue": "big", "messages": [b"x" * 1_000_000]})
+                ).error is None
         for n in range(1, 41):  # ~40 MB of answers that we do not read yet, one a read
             await slow.send_bytes(frame([n, "peek", {"queue": "big", "start": 0}]))
             await trio.sleep(0.005)
