@@ -50,7 +50,9 @@ Rules:
    idleness at once, so nothing applied in place overtakes an item already queued. The
    requests of one read (``apply_requests_now``: a client awaiting its answers) are that group
    by themselves, applied and answered without a Work or a group's bookkeeping unless more is
-   to do (the syncer, waiters, due deadlines): then it is a group like any other.
+   to do (the syncer, due deadlines, waits ended, waiters woken by any but the first request
+   of the read): then it is a group like any other. The waiters a read's first request wakes
+   without ``--fsync`` are answered there and then, before it (receives.py rule 3).
 7. Group commit (``--fsync``): applied groups wait for the syncer. When it runs it first lets
    the readers with requests ready apply them (SYNC_GATHER_CHECKPOINTS), then syncs the WAL
    once for all those groups and answers them in the order they were applied. The sync runs
