@@ -418,30 +418,25 @@ class Connection:
             return False
         if len(events) == 1:  # the commonest: one request
             request = events[0]
-            if type(request) is Request:
-                if request.op not in BOUNDED_ANSWER_OPS:
-                    return self.applier.apply_requests_now(self, events, started)
-                # rule 3, as in _handle (a receive: its answer's bound)
-                outbox = self.outbox
-                if not outbox.reserve(request.id, answer_bound_bytes(
-                        request, self.limits.max_frame_bytes)):
-                    return False
-                if self.applier.apply_requests_now(self, events, started):
-                    return True
-                outbox.release(request.id)
-            return False
-        if len(events) > REQUEST_SLICE:
-            return False
-        bounded = False
-        for request in events:
             if type(request) is not Request:
                 return False
-            if request.op in BOUNDED_ANSWER_OPS:
-                bounded = True
-        if not bounded:
-            return self.applier.apply_requests_now(self, events, started)
-        # rule 3, as in _handle
-        if not self.outbox.reserve_all(events, self.limits.max_frame_bytes):
+            if request.op not in BOUNDED_ANSWER_OPS:
+                return self.applier.apply_requests_now(self, events, started)
+            reserved = self.outbox.reserve(
+                request.id, answer_bound_bytes(request, self.limits.max_frame_bytes))
+        else:
+            if len(events) > REQUEST_SLICE:
+                return False
+            bounded = False
+            for request in events:
+                if type(request) is not Request:
+                    return False
+                if request.op in BOUNDED_ANSWER_OPS:
+                    bounded = True
+            if not bounded:
+                return self.applier.apply_requests_now(self, events, started)
+            reserved = self.outbox.reserve_all(events, self.limits.max_frame_bytes)
+        if not reserved:  # rule 3, as in _handle
             return False
         if self.applier.apply_requests_now(self, events, started):
             return True
