@@ -28,6 +28,22 @@ BATCH_ENTRIES = 64
 LANE_WALK_MAX = 2
 
 
+def nothing_to_deliver(q: QueueState, t: TagState, now: int) -> bool:
+    """Whether a receive of ``t`` at ``now`` would find nothing and change nothing, told
+    without walking: no lease deadline nor delay end can be due (``Lessor._active_again``'s
+    lower bounds are after ``now``), every lane cursor is past its lane's tail (so
+    ``_never_delivered`` has no record to look at) and the tag's row need not be written."""
+    if t.min_due_ms <= now or t.delay_hint <= now or t.lease_counter > t.counter_ceiling:
+        return False
+    cursors, tails = t.cursors, q.lane_tail
+    floor = q.gone_seq if q.gone_seq > t.start_seq else t.start_seq
+    for lane in q.lanes_used:
+        tail = tails[lane]
+        if cursors[lane] <= tail and floor <= tail:
+            return False
+    return True
+
+
 class Lessor:
     """One receive: walks the sources in delivery order and leases what it may return.
 
@@ -51,6 +67,10 @@ class Lessor:
         self.issue = engine._receipts.issue
         self._due_watched = False  # watch_lease_due ran for this receive's due time
         self.batches = 0  # rows of first leases made in line (``_save_batch``)
+        self.rows = 0  # rows this receive put: its lease rows and perhaps the tag's row
+        # Every lease of this receive is a first delivery made in line, whose row tells
+        # its delivery at open (a receive's figures may be held back: counters.py).
+        self.first_in_line = True
 
     def run(self) -> list[Any]:
         self._active_again()
@@ -61,6 +81,7 @@ class Lessor:
         t = self.t
         if self.tag_moved or t.lease_counter > t.counter_ceiling:
             self.store.put(self.store.tags_h, keys.tag_key(self.q.id, t.id), t.encode_cursors())
+            self.rows += 1
         elif self.cursor_moved:
             # The cursors passed only records the log and the lease rows tell at open (each
             # leased — its row is in this batch or before —, delayed or out of scope): the
@@ -103,6 +124,7 @@ class Lessor:
             self.out.append(Peeked(value[PREFIX_SIZE:], "active", lease.count if lease else 0,
                                    (lease.first_ms or None) if lease else None, None))
             return
+        self.first_in_line = False
         number = t.lease_counter
         t.lease_counter += 1
         if lease is None:
@@ -141,8 +163,9 @@ class Lessor:
             timer = delay = None
             if timers is not None:
                 timer = timers.current
-                if timer is None:  # every deadline left is after now
-                    self._timers_done(min(kept_due, now + 1))
+                if timer is None:  # every deadline left is after now: the first of them
+                    after = t.due_index.first_due_after(now)
+                    self._timers_done(kept_due if after is None or kept_due < after else after)
                     timers = None
             if delays is not None:
                 if delays.valid():
@@ -209,15 +232,17 @@ class Lessor:
         if len(seqs) == 1:
             seq = seqs[0]
             t.leases[seq].batch = None
-            store.batch.put(keys.lease_key(self.q.id, t.id, seq),
-                            Lease.pack(LEASED, lane, due, 1, now, numbers[0]), store.leases_h)
+            key = keys.lease_key(self.q.id, t.id, seq)
+            store.batch.put(key, Lease.pack(LEASED, lane, due, 1, now, numbers[0]),
+                            store.leases_h)
             t.due_index.add(due, seq)
         else:
-            batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
+            key = batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
             batch.head = encode_head(due, now, seqs, numbers)
             batch.states = bytearray(LEASED_STATES * len(seqs))
-            store.batch.put(batch.key, batch.row(), store.leasebatches_h)
+            store.batch.put(key, batch.row(), store.leasebatches_h)
             t.due_index.add_all(due, seqs)
+        store.written.append(key)  # names the queue, should the write fail
         self.batches += 1
 
     def _never_delivered(self) -> None:
@@ -296,6 +321,7 @@ class Lessor:
                 self.cursor_moved = True
         if self.batches:
             store.pending += self.batches
+            self.rows += self.batches
             if not self._due_watched:
                 self._due_watched = True
                 self.engine._deadlines.watch_lease_due(q, t, due)
