@@ -224,14 +224,14 @@ class Lessor:
         if not self.dry_run:
             self.t.delay_hint = next_visible
 
-    def _save_batch(self, lane: int, batch: LeaseBatch, numbers: list[int]) -> None:
+    def _save_batch(self, lane: int, batch: LeaseBatch | None, seqs: list[int],
+                    numbers: list[int]) -> None:
         """Write the row of a batch of first leases made in line (``_never_delivered``) and
-        index their deadline. A batch of one is written as its plain ``leases`` row: one row
-        either way, and that one costs less to build."""
-        t, store, due, now, seqs = self.t, self.store, self.due_ms, self.now, batch.seqs
-        if len(seqs) == 1:
+        index their deadline. A lone lease (``batch`` None) is written as its plain
+        ``leases`` row: one row either way, and that one costs less to build."""
+        t, store, due, now = self.t, self.store, self.due_ms, self.now
+        if batch is None:
             seq = seqs[0]
-            t.leases[seq].batch = None
             key = keys.lease_key(self.q.id, t.id, seq)
             store.batch.put(key, Lease.pack(LEASED, lane, due, 1, now, numbers[0]),
                             store.leases_h)
@@ -267,7 +267,8 @@ class Lessor:
                 continue
             it: Scan | LaneWalk
             if count - len(out) <= LANE_WALK_MAX and len(q.lanes_used) == 1:
-                it = LaneWalk(store.log, qid, lane, start, tail)  # a record or two: point reads
+                # A record or two: point reads.
+                it = LaneWalk(store.log, qid, lane, start, tail, store.last_record)
             else:
                 it = Store.scan(store.log, *keys.log_lane_bounds(qid, lane, start))
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
@@ -296,11 +297,12 @@ class Lessor:
                             mac = keyed_copy()  # ReceiptCodec.issue, in line
                             mac.update(body)
                             receipt = body + mac.digest()
-                            if batch is None or len(seqs) == BATCH_ENTRIES:
-                                if batch is not None:
-                                    self._save_batch(lane, batch, numbers)
-                                seqs, numbers = [], []
+                            if len(seqs) == BATCH_ENTRIES:
+                                self._save_batch(lane, batch, seqs, numbers)
+                                seqs, numbers, batch = [], [], None
+                            elif batch is None and seqs:  # a second lease: a batch row
                                 batch = LeaseBatch(b"", b"", seqs, bytearray())
+                                leases[seqs[0]].batch = batch
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
                             seqs.append(seq)
                             numbers.append(number)
@@ -310,8 +312,8 @@ class Lessor:
                         else:
                             self._lease(seq, lane, value, None)
                 step()
-            if batch is not None:
-                self._save_batch(lane, batch, numbers)
+            if seqs:
+                self._save_batch(lane, batch, seqs, numbers)
             if self.dry_run:
                 continue
             cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \
