@@ -23,8 +23,9 @@ LEASED_STATES = bytes([LEASED])
 # Entries of one lease batch row at most: a delete writes its batch's row again, so a receive
 # of up to 1000 messages deleted one by one writes rows of at most this many entries.
 BATCH_ENTRIES = 64
-# Receives of at most this many messages from a queue with one lane read its records by
-# point reads (``LaneWalk``), not a new iterator.
+# Receives of at most this many messages from a queue with one lane, or of any number when
+# at most ``LaneWalk.STEPS`` records are left in the lane (a long poll woken by a send),
+# read their records by point reads (``LaneWalk``), not a new iterator.
 LANE_WALK_MAX = 2
 
 
@@ -266,7 +267,8 @@ class Lessor:
             if start > tail:
                 continue
             it: Scan | LaneWalk
-            if count - len(out) <= LANE_WALK_MAX and len(q.lanes_used) == 1:
+            if len(q.lanes_used) == 1 and (count - len(out) <= LANE_WALK_MAX
+                                           or tail - start < LaneWalk.STEPS):
                 # A record or two: point reads.
                 it = LaneWalk(store.log, qid, lane, start, tail, store.last_record)
             else:

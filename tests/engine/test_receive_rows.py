@@ -167,3 +167,25 @@ def test_stored_rows_of_a_tag_carry_its_mark(tmp_path, clock):
         value = meta[keys.day_key(queue_id, tag_id, clock() // DAY_MS)]
         del meta
     assert struct.unpack(">8Q", value)[1] == 2 and struct.unpack(">8Q", value)[7] == counter
+
+
+def test_a_receive_of_many_with_few_records_left_reads_them_by_point_reads(
+        engine, clock, monkeypatch):
+    engine.create_queue("q")
+    engine.send("q", [b"a", {1: b"delayed", 5: 1}, b"b"])
+    scans = []
+    real_scan = Store.scan
+
+    def counting_scan(*args, **kwargs):
+        scans.append(args)
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(Store, "scan", staticmethod(counting_scan))
+    assert [d.body for d in engine.receive("q", max=16)] == [b"a", b"b"]
+    engine.send("q", [b"c"])  # as a long poll is woken: one new record
+    assert [d.body for d in engine.receive("q", max=16)] == [b"c"]
+    lanes = [args for args in scans if args[0] is engine._store.log]
+    assert lanes == []  # no iterator over the log: the records were read by key
+    clock.advance(1000)
+    assert [d.body for d in engine.receive("q", max=16)] == [b"delayed"]
+    assert engine.receive("q", max=16) == []
