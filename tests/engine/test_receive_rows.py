@@ -26,7 +26,7 @@ def counted(monkeypatch):
     flush = Store.flush
 
     def counting_flush(self: Store) -> None:
-        written.append(self.pending)
+        written.append(self.batch.len())  # the rows (puts and deletes) in the batch
         flush(self)
 
     monkeypatch.setattr(Store, "flush", counting_flush)
