@@ -61,6 +61,11 @@ class _Child:
         self.client = ClientConnection()
         self.one = [bodies[0]]
         self.sixteen = bodies[:BATCH]
+        # A queue whose consumer is waiting: its messages in flight, nothing to deliver (the
+        # receive a long poll makes again after each answer).
+        self.engine.create_queue("idle")
+        self.engine.send("idle", self.sixteen)
+        self.engine.receive("idle", max=BATCH, visibility_timeout=43_200)
 
     def _frames(self, op: str, args_of: Callable[[int], dict[str, Any]], count: int
                 ) -> list[bytes]:
@@ -123,6 +128,17 @@ class _Child:
             frames = self._frames("delete", lambda i: {"queue": "q", "receipts": received}, 1)
             stages = self._stages(frames, self._apply)
             totals["delete16"] = tuple(a + b for a, b in zip(totals["delete16"], stages))
+        # receive 1 then delete it (a consumer of one message at a time: W4).
+        totals["receive1"] = (0, 0, 0)
+        for _ in range(calls):
+            frames = self._frames("receive", lambda i: {"queue": "q", "max": 1}, 1)
+            received = []
+            stages = self._stages(frames, receive)
+            totals["receive1"] = tuple(a + b for a, b in zip(totals["receive1"], stages))
+            engine.delete("q", received)
+        frames = self._frames("receive", lambda i: {"queue": "idle", "max": BATCH}, calls)
+        for stage, value in zip(STAGES, self._stages(frames, self._apply)):
+            figures[f"receive_empty.{stage}"] = value
         for kind, sums in totals.items():
             for stage, value in zip(STAGES, sums):
                 figures[f"{kind}.{stage}"] = value / calls
@@ -136,6 +152,13 @@ class _Child:
             receipts = [d.receipt for d in engine.receive("q", max=BATCH)]
             engine.delete("q", receipts)
         figures["engine.receive_delete_per_msg"] = (clock() - started) / calls / BATCH / 1000
+        receipts = []
+        started = clock()
+        for _ in range(calls):
+            receipts.append(engine.receive("q")[0].receipt)
+        figures["engine.receive1"] = (clock() - started) / calls / 1000
+        for receipt in receipts:
+            engine.delete("q", [receipt])
         return figures
 
 

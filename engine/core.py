@@ -63,9 +63,9 @@ from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Schema versions this engine migrates on open (docs/STORAGE.md "Schema versions").
-MIGRATES_FROM = (1, 2)
+MIGRATES_FROM = (1, 2, 3)
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
@@ -129,9 +129,10 @@ class EngineCore(StoreRecovery):
             # the ``leasebatches`` family (created empty by the open: version 2 lease rows are
             # read as they are) and writes fewer rows per send (docs/STORAGE.md): the counter
             # rows of tags without a filter change meaning; watermarks and segment rows are
-            # read as they are.
+            # read as they are. Version 4 adds a mark to the counter rows of tags (counters.py):
+            # rows without one are read as they are.
             store.drop_legacy_families()
-            if version is not None:
+            if version is not None and found < 3:
                 migrate_tag_rows(store)
             store.put(store.meta_h, keys.META_VERSION, keys.u32(SCHEMA_VERSION))
             store.flush()
@@ -210,6 +211,7 @@ class EngineCore(StoreRecovery):
                 t.lock(topic_id, head)  # rewound messages of its topic wait behind it
         for topic_id in t.topic_from:
             self._topics.watch_lapse(q, t, topic_id)
+        self._counters.tag_loaded(q, t)
         return t
 
     # -- the operation frame -------------------------------------------------------------------
@@ -242,8 +244,7 @@ class EngineCore(StoreRecovery):
         changed is rebuilt from the store, which never saw it (recovery.py), and
         ``WriteFailed`` is raised."""
         store = self._store
-        if self._counters.dirty:
-            self._counters.write()
+        self._counters.write(store.pending)
         if not store.pending:
             return
         ceiling = self._persisted_clock
@@ -285,6 +286,7 @@ class EngineCore(StoreRecovery):
         self._closed = True
         if self._store_open:
             try:
+                self._counters.save_received()  # the rows exact, nothing held back
                 self._save_tag_rows()
                 if self._clock.last_ms:  # the clock exact, not its ceiling
                     store = self._store

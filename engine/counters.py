@@ -13,6 +13,20 @@ write its row: its ``sent`` / ``bytes_in`` are the queue's (from the day it was 
 what its own row holds there, the sends of those days it did not receive — those of its day
 of creation before it existed, and those before its start (``tag_created``, appending.py).
 A filtered tag counts the messages it receives in its own row.
+
+A receive whose leases are all first deliveries made in line (``Lessor.first_in_line``)
+and whose batch holds nothing but their lease rows (and perhaps the tag's row) does not
+write its row either: its figures are held back in memory (``unsaved``) until the next batch
+that writes anything else, which adds them to the rows. Every row of a tag carries, after
+its seven figures, the tag's next lease number when it was written (its *mark*): every
+delivery numbered below the highest mark of the tag's rows is in the rows, and every one
+numbered from it on is a first delivery held back whose lease row (or lease batch entry,
+``LEASED``, dequeue count 1, first dequeue time the delivery's) is still on disk as that
+receive wrote it — anything that changes or drops such a row writes the held figures in
+the same batch. Opening counts them again from those rows and the records' sizes
+(``tag_loaded``), so the figures are exact after a kill. A tag holds its figures back only
+once a row of it with a mark is on disk (rows of schema version 3 have none: its next
+receive writes one).
 """
 
 from __future__ import annotations
@@ -23,12 +37,14 @@ from typing import Any, Protocol
 
 from . import keys
 from .loading import tag_definitions
-from .state import DAY_MS, QueueState, TagState
+from .records import PREFIX_SIZE
+from .state import DAY_MS, LEASED, QueueState, TagState
 from .store import Store
 
 FIELDS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
 SENT, RECEIVED, DELETED, DEAD, EXPIRED, BYTES_IN, BYTES_OUT = range(7)
-_ROW = struct.Struct(">7Q")
+_ROW = struct.Struct(">7Q")  # a row of the queue (tag 0), or of a tag before version 4
+_MARKED_ROW = struct.Struct(">8Q")  # a tag's row: the figures and its mark
 KEEP_DAYS = 31
 
 
@@ -41,6 +57,7 @@ class CounterContext(Protocol):
 
     _store: Store
     _now: int
+    _queues: dict[int, QueueState]
 
 
 class Counters:
@@ -52,18 +69,84 @@ class Counters:
         self._rows: dict[tuple[int, int, int], list[int]] = {}  # cached rows
         self._keys: dict[tuple[int, int, int], bytes] = {}  # their keys, as rows are written
         self.dirty: set[tuple[int, int, int]] = set()  # rows changed by the operation
+        # Receives held back (module docstring): (queue, tag, day) -> [received, bytes out].
+        self.unsaved: dict[tuple[int, int, int], list[int]] = {}
+        self._marked: set[tuple[int, int]] = set()  # (queue, tag) with a marked row stored
+        # The pending rows of a receive whose figures are held back (-1: none): a batch of
+        # exactly that many rows is that receive's alone (``EngineCore._write_pending``).
+        self.held_batch = -1
 
-    def reset(self) -> None:
-        """Forget the cache and what is pending (the store is the truth again)."""
+    def reset(self, keep_unsaved: bool = False) -> None:
+        """Forget the cache and what is pending (the store is the truth again); with
+        ``keep_unsaved`` the held receives stay (only some queues are read again, and
+        ``tag_loaded`` replaces theirs)."""
         self._rows.clear()
         self._keys.clear()
         self.dirty.clear()
+        self._marked.clear()  # a tag holds back again once a row of it is written
+        self.held_batch = -1
+        if not keep_unsaved:
+            self.unsaved.clear()
+
+    def received(self, queue: int, tag: int, messages: int, bytes_out: int,
+                 first_in_line: bool) -> bool:
+        """Count a receive's deliveries; -> whether they are held back (module docstring:
+        the caller judges whether its batch allows it, ``held_batch``)."""
+        if first_in_line and (queue, tag) in self._marked:
+            row_key = (queue, tag, self._context._now // DAY_MS)
+            held = self.unsaved.get(row_key)
+            if held is None:
+                self.unsaved[row_key] = [messages, bytes_out]
+            else:
+                held[0] += messages
+                held[1] += bytes_out
+            return True
+        self.count(queue, tag, RECEIVED, messages, BYTES_OUT, bytes_out)
+        return False
+
+    def numbered(self, queue: int, tag: int) -> None:
+        """A lease of the tag got a new number without a receive (``change_visibility``):
+        its row is written with this operation, so that its mark passes that number."""
+        if (queue, tag) in self._marked:
+            self.count(queue, tag, RECEIVED, 0)
+
+    def save_received(self) -> None:
+        """Add the held receives to their rows (written with the batch being written)."""
+        for (queue, tag, day), (messages, bytes_out) in self.unsaved.items():
+            self.count(queue, tag, RECEIVED, messages, BYTES_OUT, bytes_out, day)
+        self.unsaved.clear()
+
+    def tag_loaded(self, q: QueueState, t: TagState) -> None:
+        """Opening (or reading again) a tag whose leases are loaded: its mark from its rows,
+        and the receives held back when the engine stopped counted again from its lease
+        rows and the log (module docstring)."""
+        for row_key in [k for k in self.unsaved if k[0] == q.id and k[1] == t.id]:
+            del self.unsaved[row_key]
+        self._marked.discard((q.id, t.id))
+        store = self._context._store
+        mark = -1
+        for value in Store.values(store.meta, keys.day_key(q.id, t.id, 0),
+                                  keys.day_key(q.id, t.id + 1, 0)):
+            if len(value) == _MARKED_ROW.size:
+                mark = max(mark, _MARKED_ROW.unpack(value)[7])
+        if mark < 0:
+            return
+        self._marked.add((q.id, t.id))
+        for seq, lease in t.leases.items():
+            if lease.state == LEASED and lease.count == 1 and lease.number >= mark:
+                record = store.log.get(keys.log_key(q.id, lease.lane, seq))
+                if record is None:  # at or above gone_seq: the log holds it
+                    continue
+                row_key = (q.id, t.id, lease.first_ms // DAY_MS)
+                held = self.unsaved.setdefault(row_key, [0, 0])
+                held[0] += 1
+                held[1] += len(record) - PREFIX_SIZE
 
     def count(self, queue: int, tag: int, field: int, amount: int = 1, field2: int = -1,
-              amount2: int = 0) -> None:
-        """Add ``amount`` to ``field`` of today's row of (queue, tag); with ``field2``, also
-        ``amount2`` to that field (two figures of one row, one lookup)."""
-        row_key = (queue, tag, self._context._now // DAY_MS)
+              amount2: int = 0, day: int = -1) -> None:
+        """Add ``amount`` to ``field`` of today's (or ``day``'s) row of (queue, tag); with
+        ``field2``, also ``amount2`` to that field (two figures of one row, one lookup)."""
+        row_key = (queue, tag, self._context._now // DAY_MS if day < 0 else day)
         row = self._rows.get(row_key)
         if row is None:
             row = self._load(row_key)
@@ -100,7 +183,7 @@ class Counters:
         rows = self._rows
         store = context._store
         stored = store.meta.get(keys.day_key(queue, tag, day))
-        row = list(_ROW.unpack(stored)) if stored else [0] * len(FIELDS)
+        row = list(_ROW.unpack_from(stored)) if stored else [0] * len(FIELDS)
         if len(rows) > 65536:  # rows of past days are written already: forget them
             for old in [k for k in rows if k[2] < day]:
                 del rows[old]
@@ -110,17 +193,32 @@ class Counters:
             store.delete(store.meta_h, keys.day_key(queue, tag, day - KEEP_DAYS))
         return row
 
-    def write(self) -> None:
-        """Put every counter row changed by the operation (once each, not once per bump)."""
+    def write(self, pending: int) -> None:
+        """Put every counter row changed by the operation (once each, not once per bump),
+        before a batch of ``pending`` rows is written; with the held receives, unless that
+        batch is a receive's lease rows alone (``held_batch``: module docstring)."""
+        if self.unsaved and (self.dirty or (pending and pending != self.held_batch)):
+            self.save_received()
+        self.held_batch = -1
+        if not self.dirty:
+            return
         rows, row_keys = self._rows, self._keys
-        store = self._context._store
+        context = self._context
+        store, queues = context._store, context._queues
         for row_key in self.dirty:
             row = rows.get(row_key)
             if row is not None:
                 key = row_keys.get(row_key)
                 if key is None:
                     key = row_keys[row_key] = keys.day_key(*row_key)
-                store.put(store.meta_h, key, _ROW.pack(*row))
+                queue, tag, _ = row_key
+                q = queues.get(queue)
+                t = q.tags.get(tag) if q is not None and tag else None
+                if t is None:  # the queue's row (or one of a tag being deleted)
+                    store.put(store.meta_h, key, _ROW.pack(*row))
+                else:  # every delivery of the tag so far is counted: its mark
+                    store.put(store.meta_h, key, _MARKED_ROW.pack(*row, t.lease_counter))
+                    self._marked.add((queue, tag))
         self.dirty.clear()
 
     def forget(self, queue: int, tag: int | None = None) -> None:
@@ -130,6 +228,11 @@ class Counters:
             del rows[row_key]
             self._keys.pop(row_key, None)
             self.dirty.discard(row_key)
+        for row_key in [k for k in self.unsaved
+                        if k[0] == queue and (tag is None or k[1] == tag)]:
+            del self.unsaved[row_key]
+        self._marked = {k for k in self._marked
+                        if not (k[0] == queue and (tag is None or k[1] == tag))}
         store = self._context._store
         if tag is None:
             store.delete_range(store.meta_h, *keys.day_bounds(queue))
@@ -151,12 +254,17 @@ class Counters:
                     total = totals.setdefault(day, [0] * len(FIELDS))
                     total[SENT] += sent
                     total[BYTES_IN] += bytes_in
+        for (queue, row_tag, day), (messages, bytes_out) in self.unsaved.items():
+            if (queue == q.id and (tag is None or row_tag == tag.id) and first <= day <= today):
+                total = totals.setdefault(day, [0] * len(FIELDS))
+                total[RECEIVED] += messages
+                total[BYTES_OUT] += bytes_out
         lower, upper = keys.day_bounds(q.id)
         for key, value in Store.items(self._context._store.meta, lower, upper):
             _, row_tag, day = keys.day_key_decode(key)
             if day < first or day > today:
                 continue
-            row = _ROW.unpack(value)
+            row = _ROW.unpack_from(value)
             if tag is not None and row_tag != tag.id:
                 if follows and row_tag == 0 and day >= from_day:
                     total = totals.setdefault(day, [0] * len(FIELDS))
@@ -184,7 +292,7 @@ def migrate_tag_rows(store: Store) -> None:
         rows: dict[tuple[int, int], list[int]] = {}
         for day_key, value in Store.items(store.meta, *keys.day_bounds(queue)):
             _, tag, day = keys.day_key_decode(day_key)
-            rows[tag, day] = list(_ROW.unpack(value))
+            rows[tag, day] = list(_ROW.unpack_from(value))
         queue_days = {day for tag, day in rows if tag == 0}
         for tag, definition in tag_definitions(store, queue):
             if definition["filter"] is not None:

@@ -23,9 +23,26 @@ LEASED_STATES = bytes([LEASED])
 # Entries of one lease batch row at most: a delete writes its batch's row again, so a receive
 # of up to 1000 messages deleted one by one writes rows of at most this many entries.
 BATCH_ENTRIES = 64
-# Receives of at most this many messages from a queue with one lane read its records by
-# point reads (``LaneWalk``), not a new iterator.
+# Receives of at most this many messages from a queue with one lane, or of any number when
+# at most ``LaneWalk.STEPS`` records are left in the lane (a long poll woken by a send),
+# read their records by point reads (``LaneWalk``), not a new iterator.
 LANE_WALK_MAX = 2
+
+
+def nothing_to_deliver(q: QueueState, t: TagState, now: int) -> bool:
+    """Whether a receive of ``t`` at ``now`` would find nothing and change nothing, told
+    without walking: no lease deadline nor delay end can be due (``Lessor._active_again``'s
+    lower bounds are after ``now``), every lane cursor is past its lane's tail (so
+    ``_never_delivered`` has no record to look at) and the tag's row need not be written."""
+    if t.min_due_ms <= now or t.delay_hint <= now or t.lease_counter > t.counter_ceiling:
+        return False
+    cursors, tails = t.cursors, q.lane_tail
+    floor = q.gone_seq if q.gone_seq > t.start_seq else t.start_seq
+    for lane in q.lanes_used:
+        tail = tails[lane]
+        if cursors[lane] <= tail and floor <= tail:
+            return False
+    return True
 
 
 class Lessor:
@@ -51,6 +68,10 @@ class Lessor:
         self.issue = engine._receipts.issue
         self._due_watched = False  # watch_lease_due ran for this receive's due time
         self.batches = 0  # rows of first leases made in line (``_save_batch``)
+        self.rows = 0  # rows this receive put: its lease rows and perhaps the tag's row
+        # Every lease of this receive is a first delivery made in line, whose row tells
+        # its delivery at open (a receive's figures may be held back: counters.py).
+        self.first_in_line = True
 
     def run(self) -> list[Any]:
         self._active_again()
@@ -61,6 +82,7 @@ class Lessor:
         t = self.t
         if self.tag_moved or t.lease_counter > t.counter_ceiling:
             self.store.put(self.store.tags_h, keys.tag_key(self.q.id, t.id), t.encode_cursors())
+            self.rows += 1
         elif self.cursor_moved:
             # The cursors passed only records the log and the lease rows tell at open (each
             # leased — its row is in this batch or before —, delayed or out of scope): the
@@ -103,6 +125,7 @@ class Lessor:
             self.out.append(Peeked(value[PREFIX_SIZE:], "active", lease.count if lease else 0,
                                    (lease.first_ms or None) if lease else None, None))
             return
+        self.first_in_line = False
         number = t.lease_counter
         t.lease_counter += 1
         if lease is None:
@@ -141,8 +164,9 @@ class Lessor:
             timer = delay = None
             if timers is not None:
                 timer = timers.current
-                if timer is None:  # every deadline left is after now
-                    self._timers_done(min(kept_due, now + 1))
+                if timer is None:  # every deadline left is after now: the first of them
+                    after = t.due_index.first_due_after(now)
+                    self._timers_done(kept_due if after is None or kept_due < after else after)
                     timers = None
             if delays is not None:
                 if delays.valid():
@@ -201,23 +225,25 @@ class Lessor:
         if not self.dry_run:
             self.t.delay_hint = next_visible
 
-    def _save_batch(self, lane: int, batch: LeaseBatch, numbers: list[int]) -> None:
+    def _save_batch(self, lane: int, batch: LeaseBatch | None, seqs: list[int],
+                    numbers: list[int]) -> None:
         """Write the row of a batch of first leases made in line (``_never_delivered``) and
-        index their deadline. A batch of one is written as its plain ``leases`` row: one row
-        either way, and that one costs less to build."""
-        t, store, due, now, seqs = self.t, self.store, self.due_ms, self.now, batch.seqs
-        if len(seqs) == 1:
+        index their deadline. A lone lease (``batch`` None) is written as its plain
+        ``leases`` row: one row either way, and that one costs less to build."""
+        t, store, due, now = self.t, self.store, self.due_ms, self.now
+        if batch is None:
             seq = seqs[0]
-            t.leases[seq].batch = None
-            store.batch.put(keys.lease_key(self.q.id, t.id, seq),
-                            Lease.pack(LEASED, lane, due, 1, now, numbers[0]), store.leases_h)
+            key = keys.lease_key(self.q.id, t.id, seq)
+            store.batch.put(key, Lease.pack(LEASED, lane, due, 1, now, numbers[0]),
+                            store.leases_h)
             t.due_index.add(due, seq)
         else:
-            batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
+            key = batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
             batch.head = encode_head(due, now, seqs, numbers)
             batch.states = bytearray(LEASED_STATES * len(seqs))
-            store.batch.put(batch.key, batch.row(), store.leasebatches_h)
+            store.batch.put(key, batch.row(), store.leasebatches_h)
             t.due_index.add_all(due, seqs)
+        store.written.append(key)  # names the queue, should the write fail
         self.batches += 1
 
     def _never_delivered(self) -> None:
@@ -241,8 +267,10 @@ class Lessor:
             if start > tail:
                 continue
             it: Scan | LaneWalk
-            if count - len(out) <= LANE_WALK_MAX and len(q.lanes_used) == 1:
-                it = LaneWalk(store.log, qid, lane, start, tail)  # a record or two: point reads
+            if len(q.lanes_used) == 1 and (count - len(out) <= LANE_WALK_MAX
+                                           or tail - start < LaneWalk.STEPS):
+                # A record or two: point reads.
+                it = LaneWalk(store.log, qid, lane, start, tail, store.last_record)
             else:
                 it = Store.scan(store.log, *keys.log_lane_bounds(qid, lane, start))
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
@@ -271,11 +299,12 @@ class Lessor:
                             mac = keyed_copy()  # ReceiptCodec.issue, in line
                             mac.update(body)
                             receipt = body + mac.digest()
-                            if batch is None or len(seqs) == BATCH_ENTRIES:
-                                if batch is not None:
-                                    self._save_batch(lane, batch, numbers)
-                                seqs, numbers = [], []
+                            if len(seqs) == BATCH_ENTRIES:
+                                self._save_batch(lane, batch, seqs, numbers)
+                                seqs, numbers, batch = [], [], None
+                            elif batch is None and seqs:  # a second lease: a batch row
                                 batch = LeaseBatch(b"", b"", seqs, bytearray())
+                                leases[seqs[0]].batch = batch
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
                             seqs.append(seq)
                             numbers.append(number)
@@ -285,8 +314,8 @@ class Lessor:
                         else:
                             self._lease(seq, lane, value, None)
                 step()
-            if batch is not None:
-                self._save_batch(lane, batch, numbers)
+            if seqs:
+                self._save_batch(lane, batch, seqs, numbers)
             if self.dry_run:
                 continue
             cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \
@@ -296,6 +325,7 @@ class Lessor:
                 self.cursor_moved = True
         if self.batches:
             store.pending += self.batches
+            self.rows += self.batches
             if not self._due_watched:
                 self._due_watched = True
                 self.engine._deadlines.watch_lease_due(q, t, due)

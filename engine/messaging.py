@@ -25,9 +25,9 @@ from typing import Any, Sequence
 
 from . import keys
 from .core import EngineCore
-from .counters import BYTES_OUT, DELETED, RECEIVED
+from .counters import DELETED
 from .leasebatch import LeaseBatch
-from .lessor import Lessor
+from .lessor import Lessor, nothing_to_deliver
 from .errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -87,10 +87,22 @@ class MessagingOps:
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
             core._advance(q, now)
-            deliveries = Lessor(self._core, q, t, now, visibility_ms, count, max_bytes).run()
+            if nothing_to_deliver(q, t, now):
+                core._settle(q, now)
+                return []
+            lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
+            deliveries = lessor.run()
             if deliveries:
-                core._counters.count(q.id, t.id, RECEIVED, len(deliveries),
-                                     BYTES_OUT, sum(len(d.record) for d in deliveries))
+                counters = core._counters
+                held = counters.received(q.id, t.id, len(deliveries),
+                                         sum([len(d.record) for d in deliveries]),
+                                         lessor.first_in_line)
+                core._settle(q, now)
+                if held and core._store.pending == lessor.rows:
+                    # The batch holds this receive's lease rows alone (and perhaps the tag's
+                    # row): the figures held back can be found again from them at open.
+                    counters.held_batch = lessor.rows
+                return deliveries
             core._settle(q, now)
             return deliveries
 
@@ -255,6 +267,8 @@ class MessagingOps:
                 if timeout_ms:
                     lease.number = t.lease_counter
                     t.lease_counter += 1
+                    # The tag's rows get a mark past the new number (it is no receive).
+                    self._core._counters.numbered(q.id, t.id)
                     receipt: bytes | None = self._core._receipts.issue(q.id, t.id, lease.lane, seq,
                                                                  lease.number)
                 else:

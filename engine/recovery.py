@@ -104,7 +104,7 @@ class StoreRecovery:
 
     def _reload(self, queue_ids: Iterable[int]) -> None:
         """Rebuild the given queues (and the caches of shared rows) from the store."""
-        self._counters.reset()
+        self._counters.reset(keep_unsaved=True)  # the queues read again count theirs again
         self._grants.reset()
         self._topics.reset()
         meta = self._store.meta

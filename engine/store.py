@@ -109,25 +109,40 @@ class LaneWalk:
     record that is not there, it goes on as a ``Scan`` from where it is."""
 
     __slots__ = ("_log", "_key", "_lane", "_seq", "_tail", "_value", "_current", "_steps",
-                 "_scan")
+                 "_scan", "_last")
 
     STEPS = 4
 
-    def __init__(self, log: Rdict, queue_id: int, lane: int, start: int, tail: int):
+    def __init__(self, log: Rdict, queue_id: int, lane: int, start: int, tail: int,
+                 last: list[bytes] | None = None):
         self._log = log
         self._key = keys.log_key
         self._lane = (queue_id, lane)
         self._tail = tail
         self._steps = 0
         self._scan: Scan | None = None
+        # ``[key, record]``: the last record a walk read (``Store.last_record``). A receive
+        # of one reads the record after the one it leases, where the next receive starts:
+        # a record at a seq a walk may read (at or above ``gone_seq``) never changes, and a
+        # seq is never given to another message, so it is read once.
+        self._last = last
         self._read(start)
 
     def _read(self, seq: int) -> None:
         self._seq = seq
         self._current = key = self._key(*self._lane, seq)
-        value = self._log.get(key) if seq <= self._tail else None
-        if value is None and seq <= self._tail:  # not dense after all: the iterator knows
+        if seq > self._tail:
+            self._value = None
+            return
+        last = self._last
+        if last is not None and last[0] == key:
+            self._value = last[1]
+            return
+        value = self._log.get(key)
+        if value is None:  # not dense after all: the iterator knows
             self._scan = Scan(self._log, key, keys.log_lane_bounds(*self._lane)[1], False)
+        elif last is not None:
+            last[0], last[1] = key, value
         self._value = value
 
     def valid(self) -> bool:
@@ -249,6 +264,7 @@ class Store:
         # straight into ``batch`` always put a row of the same queue through here too).
         self.written: list[bytes] = []
         self._readers: dict[tuple[int, bytes], RangeReader] = {}
+        self.last_record: list[bytes] = [b"", b""]  # the last record a ``LaneWalk`` read
 
     def drop_legacy_families(self) -> None:
         """Drop the families an older schema version had and this one does not use."""
