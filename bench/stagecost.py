@@ -42,6 +42,20 @@ def _import_tree(root: Path) -> None:
     sys.modules["lamina"] = package
 
 
+class _SteppingClock:
+    """The wall clock in epoch ms, moved ``step_ms`` further ahead at every reading while
+    stepping: the ``*_new_ms`` figures put each operation in a millisecond of its own, as
+    requests arriving a round trip apart do (W4), instead of many sharing one."""
+
+    def __init__(self) -> None:
+        self.step_ms = 0
+        self._ahead_ms = 0
+
+    def __call__(self) -> int:
+        self._ahead_ms += self.step_ms
+        return time.time_ns() // 1_000_000 + self._ahead_ms
+
+
 class _Child:
     """One tree: an engine, a protocol connection and the requests of each kind."""
 
@@ -51,7 +65,8 @@ class _Child:
         from lamina.wire.protocol import ClientConnection, ServerConnection
 
         self.dispatch = dispatch
-        self.engine = Engine.open(data)
+        self.clock = _SteppingClock()
+        self.engine = Engine.open(data, clock=self.clock)
         self.engine.create_queue("q")
         bodies = [(b"%016d" % i).ljust(BODY_BYTES, b"x") for i in range(1000)]
         for _ in range(prefill // 1000):
@@ -123,6 +138,14 @@ class _Child:
             frames = self._frames("delete", lambda i: {"queue": "q", "receipts": received}, 1)
             stages = self._stages(frames, self._apply)
             totals["delete16"] = tuple(a + b for a, b in zip(totals["delete16"], stages))
+        # receive 1 (not timed) then delete it, request by request.
+        sums: tuple[float, ...] = (0, 0, 0)
+        for _ in range(calls):
+            (delivery,) = engine.receive("q", max=1)
+            frames = self._frames("delete", lambda i: {"queue": "q",
+                                                       "receipts": [delivery.receipt]}, 1)
+            sums = tuple(a + b for a, b in zip(sums, self._stages(frames, self._apply)))
+        totals["delete1"] = sums
         for kind, sums in totals.items():
             for stage, value in zip(STAGES, sums):
                 figures[f"{kind}.{stage}"] = value / calls
@@ -136,6 +159,26 @@ class _Child:
             receipts = [d.receipt for d in engine.receive("q", max=BATCH)]
             engine.delete("q", receipts)
         figures["engine.receive_delete_per_msg"] = (clock() - started) / calls / BATCH / 1000
+        figures.update(self._engine_singles(calls))
+        return figures
+
+    def _engine_singles(self, calls: int) -> dict[str, float]:
+        """The engine alone, one message an operation: deletes of 1 (of messages received
+        one at a time, in order), and sends and deletes of 1 each in a new millisecond."""
+        clock, engine, figures = time.process_time_ns, self.engine, {}
+        for suffix, step_ms in (("", 0), ("_new_ms", 1)):
+            self.clock.step_ms = step_ms
+            if step_ms:
+                started = clock()
+                for _ in range(calls):
+                    engine.send("q", self.one)
+                figures["engine.send1_new_ms"] = (clock() - started) / calls / 1000
+            receipts = [engine.receive("q", max=1)[0].receipt for _ in range(calls)]
+            started = clock()
+            for receipt in receipts:
+                engine.delete("q", [receipt])
+            figures[f"engine.delete1{suffix}"] = (clock() - started) / calls / 1000
+        self.clock.step_ms = 0
         return figures
 
 

@@ -63,9 +63,9 @@ from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Schema versions this engine migrates on open (docs/STORAGE.md "Schema versions").
-MIGRATES_FROM = (1, 2)
+MIGRATES_FROM = (1, 2, 3)
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
@@ -129,9 +129,11 @@ class EngineCore(StoreRecovery):
             # the ``leasebatches`` family (created empty by the open: version 2 lease rows are
             # read as they are) and writes fewer rows per send (docs/STORAGE.md): the counter
             # rows of tags without a filter change meaning; watermarks and segment rows are
-            # read as they are.
+            # read as they are. Version 4 reads a ``leases`` row below ``gone_seq`` as
+            # deleted and a sparse time index (docs/STORAGE.md): version 3's rows are valid
+            # as they are, so migrating from it is writing the version.
             store.drop_legacy_families()
-            if version is not None:
+            if version is not None and found < 3:
                 migrate_tag_rows(store)
             store.put(store.meta_h, keys.META_VERSION, keys.u32(SCHEMA_VERSION))
             store.flush()

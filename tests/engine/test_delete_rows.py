@@ -1,0 +1,142 @@
+"""What a delete writes (docs/STORAGE.md "Leases"): a delete that ``gone_seq`` passes in the
+same write leaves the message's ``leases`` row as it was, and opening reads a ``leases`` row
+below ``gone_seq`` as deleted; one that it does not pass writes the row ``ENDED_DELETED``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from lamina.engine import Engine, keys
+from lamina.engine.state import ENDED_DELETED, LEASED, Lease
+from lamina.engine.store import Store
+from lamina.tools.snapshot import Snapshot
+from lamina.tools.verify import verify
+from tests.support.stores import run_killed
+
+
+def rows_written(engine: Engine, operation) -> int:
+    """Rows in the batches ``operation`` writes (counted as each batch is flushed)."""
+    store = engine._store
+    flush, counted = store.flush, [0]
+
+    def counting_flush() -> None:
+        if store.pending:
+            counted[0] += store.batch.len()
+        flush()
+
+    store.flush = counting_flush  # type: ignore[method-assign]
+    try:
+        operation()
+    finally:
+        del store.flush
+    return counted[0]
+
+
+def lease_row(engine: Engine, seq: int) -> Lease | None:
+    value = engine._store.leases.get(keys.lease_key(1, 1, seq))
+    return None if value is None else Lease.decode(value)
+
+
+def test_an_in_order_delete_of_one_writes_two_rows_and_stays_deleted(tmp_path, clock):
+    path = tmp_path / "data"
+    engine = Engine.open(path, clock=clock)
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"m%d" % i for i in range(6)])
+    clock.advance(1)
+    held = [engine.receive("q")[0] for _ in range(4)]
+    clock.advance(1)
+    # In order: gone_seq passes each message as it is deleted. The watermarks and the
+    # day's counters are written; the lease row is left as the receive wrote it.
+    for delivery in held[:2]:
+        assert rows_written(engine, lambda: engine.delete("q", [delivery.receipt])) == 2
+    assert lease_row(engine, 0).state == LEASED  # type: ignore[union-attr]
+    # Out of order: gone_seq stays below it, so its row says deleted (peek's count).
+    assert engine.delete("q", [held[3].receipt]) == [None]
+    assert lease_row(engine, 3).state == ENDED_DELETED  # type: ignore[union-attr]
+    shutil.copytree(path, tmp_path / "killed")  # as a kill -9 leaves it
+    engine.close()
+    clock.advance(31_000)  # past the leases' deadline: a lease read back would be Active
+    for directory in (tmp_path / "killed", path):
+        with Engine.open(directory, clock=clock) as again:
+            assert [d.body for d in again.receive("q", max=10)] == [b"m2", b"m4", b"m5"]
+            assert sum(day["deleted"] for day in again.stats("q")) == 3
+            peeked = again.peek("q", start=0, max=10).messages
+            assert [(p.message.body, p.state) for p in peeked][:2] == [
+                (b"m2", "inflight"), (b"m3", "deleted")]
+            assert peeked[1].dequeue_count == 1
+        with Snapshot(directory) as snapshot:
+            assert not verify(snapshot).findings
+
+
+def test_a_lease_row_below_gone_seq_is_read_as_deleted_with_its_count(tmp_path, clock):
+    from lamina.engine.loading import lease_rows
+
+    path = tmp_path / "data"
+    with Engine.open(path, clock=clock) as engine:
+        engine.create_queue("q", {"visibility_timeout": 30})
+        engine.send("q", [b"a", b"b"])
+        clock.advance(1)
+        [first] = engine.receive("q")
+        engine.delete("q", [first.receipt])
+        assert engine.get_queue("q").stats["messages"] == 1
+        rows = dict(lease_rows(engine._store, 1, 1, 1))
+        assert (rows[0].state, rows[0].count, rows[0].first_ms) == (
+            ENDED_DELETED, 1, first.first_dequeue_time)
+        assert dict(Store.items(engine._store.leases, *keys.queue_bounds(1)))
+
+
+CHILD = r"""
+import json, os, signal, sys
+from lamina.engine import Engine
+
+engine = Engine.open(sys.argv[1])
+engine.create_queue("q", {"visibility_timeout": 1})
+engine.send("q", [b"m%03d" % i for i in range(60)])
+held = [engine.receive("q")[0] for _ in range(40)]
+# Mostly in order (gone_seq passes each), some out of order, some left in flight.
+deleted = held[:20] + held[24:30] + held[32:40]
+for delivery in deleted:
+    assert engine.delete("q", [delivery.receipt]) == [None]
+print(json.dumps([d.body.decode() for d in deleted]), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_no_delete_comes_back_after_a_killed_process(tmp_path):
+    path = tmp_path / "data"
+    deleted = set(json.loads(run_killed(CHILD, path)))
+    from lamina.engine import FakeClock
+    import time
+
+    clock = FakeClock(time.time_ns() // 1_000_000 + 60_000)  # every lease ran out
+    with Engine.open(path, clock=clock) as engine:
+        got = sorted(d.body.decode() for d in engine.receive("q", max=100))
+        assert got == sorted({f"m{i:03d}" for i in range(60)} - deleted)
+        assert sum(day["deleted"] for day in engine.stats("q")) == len(deleted)
+    with Snapshot(path) as snapshot:
+        assert not verify(snapshot).findings
+
+
+def test_a_version_3_directory_opens_unchanged_and_is_marked_version_4(tmp_path, clock):
+    from lamina.engine.core import SCHEMA_VERSION
+    from tests.engine.test_lease_deadlines import raw_store
+
+    path = tmp_path / "data"
+    with Engine.open(path, clock=clock) as engine:
+        engine.create_queue("q", {"visibility_timeout": 30})
+        engine.create_tag("q", "other", "oldest")  # a tag without a filter: its own row
+        engine.send("q", [b"m%d" % i for i in range(5)])
+        clock.advance(1)
+        for tag in (None, "other"):
+            engine.delete("q", [d.receipt for d in engine.receive("q", tag, max=2)], tag)
+        before = [engine.stats("q", tag) for tag in (None, "default", "other")]
+    with raw_store(path) as db:
+        db.get_column_family("meta")[keys.META_VERSION] = keys.u32(3)
+    with Engine.open(path, clock=clock) as engine:
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(4)
+        assert [engine.stats("q", tag) for tag in (None, "default", "other")] == before
+        assert [d.body for d in engine.receive("q", max=10)] == [b"m2", b"m3", b"m4"]
