@@ -20,6 +20,8 @@ from .results import Sent
 from .scope import filter_matches
 from .state import DAY_MS, QueueState, Segment, TagState
 from .store import Store
+from .timeindex import EVERY_MESSAGES as TIME_EVERY_MESSAGES
+from .timeindex import EVERY_MS as TIME_EVERY_MS
 from .topics import Topics
 from .validation import (
     DEFAULT_PRIORITY,
@@ -249,11 +251,13 @@ class Appender:
         if first_in_lane:
             self._count_sent(q, results, messages, len(results) - refused, bytes_in)
             put = store.put
-            if now > q.indexed_ms:
-                first_seq = min(first_in_lane.values())
-                put(store.time_h, keys.time_key(qid, now, first_seq), b"")
-                q.indexed_ms, q.indexed_seq = now, first_seq
-            q.last_time_ms = now
+            if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
+                first_seq = q.last_time_seq = min(first_in_lane.values())
+                if (now - q.indexed_ms >= TIME_EVERY_MS
+                        or first_seq - q.indexed_seq >= TIME_EVERY_MESSAGES):
+                    put(store.time_h, keys.time_key(qid, now, first_seq), b"")
+                    q.indexed_ms, q.indexed_seq = now, first_seq
+                q.last_time_ms = now
             if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
                 q.oldest_live_ms = now
             # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import cbor2
 
-from . import keys, leasebatch
+from . import keys, leasebatch, timeindex
 from .records import PREFIX, PREFIX_SIZE, body_size
 from .state import (DAY_MS, DEAD_MARK, DEFAULT_LANE, ENDED_DELETED, LANE_RANGE, Lease,
                     QueueState, Segment, TagState)
@@ -42,7 +42,8 @@ def read_queue(store: Store, queue_id: int, definition: dict[str, Any],
         q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
     if q.segments:
         _complete_open_segment(store, q, q.segments[-1])
-        q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
+        q.last_time_ms = q.segments[-1].last_ms
+        timeindex.load_newest(store, q)
     return q
 
 

@@ -313,8 +313,10 @@ class QueueState:
     lane_tail: list[int] = field(default_factory=lambda: [-1] * (LANES + 1))
     lanes_used: list[int] = field(default_factory=list)  # sorted lanes that ever held a message
     last_time_ms: int = -1           # newest production time
-    indexed_ms: int = -1             # newest ms with a time-index entry (-1: index again)
+    last_time_seq: int = -1          # first seq produced at ``last_time_ms`` (-1: unknown)
+    indexed_ms: int = -1             # newest ms with a time-index entry (-1: none)
     indexed_seq: int = -1            # the seq of that entry when known (-1: read the index)
+    time_hint: tuple[int, int] = (-1, -1)  # (ms, the first seq produced at or after it)
     # Sends not yet in the queue's counter rows, day -> [messages, body bytes]: those after
     # the ``last_seq`` of the open segment's row (counters.py), rebuilt from the log at open.
     unsaved_sends: dict[int, list[int]] = field(default_factory=dict)

@@ -19,7 +19,8 @@ not):
     time.order        time index entries: seqs increase with time
     time.entry        an entry's seq has a log row, produced at that ms, and is the first seq of
                       that ms; no entry outside the retained log
-    time.missing      a ms with messages has no entry (time lookups would land late)
+    time.missing      a ms with messages has no entry where the sparse index needs one
+                      (time lookups would read more records)
     lease.decode      a lease row decodes (state 1-4, lane 1-16); a lease batch row decodes,
                       its seqs ascend and end at its key's seq, its states are leased/deleted
     lease.message     a lease above gone_seq names a log row (seq, lane)
@@ -43,7 +44,7 @@ from typing import Any, Callable, Iterator
 
 import cbor2
 
-from lamina.engine import keys
+from lamina.engine import keys, timeindex
 from lamina.engine.records import PREFIX, PREFIX_SIZE
 from lamina.engine.state import (
     DEAD_MARK,
@@ -307,6 +308,7 @@ class _QueueCheck:
 
     def check_log_and_time_index(self) -> None:
         q = self.q
+        self._last_entry: tuple[int, int] | None = None  # (ms, seq): check_time_entries
         entries = self._time_entries()
         entry = next(entries, None)
         first = q.segments[0].first_seq if q.segments else q.next_seq
@@ -489,8 +491,9 @@ class _QueueCheck:
         when unknown: then the segment's first seq needs no entry)."""
         found = self.found
         size = len(ms_of)
-        # Seqs starting a new ms (each needs an entry), and time order.
+        # Seqs starting a new ms (each may need an entry), and time order.
         starts = set()
+        entered: set[int] = set()  # those with their entry
         last = -1 if previous_ms is None else previous_ms
         order_reported = False
         for offset, ms in enumerate(ms_of):
@@ -514,9 +517,23 @@ class _QueueCheck:
             elif offset not in starts:
                 found(DAMAGE, "time.entry", where,
                       "not the first seq of that ms (an earlier seq has the same time)")
-            starts.discard(offset)
+            else:
+                entered.add(offset)
         if previous_ms is None:
             starts.discard(0)  # whether it starts its ms is unknown
+        # The index is sparse (engine/timeindex.py): a ms needs an entry when the entry
+        # before it is EVERY_MS older or EVERY_MESSAGES seqs behind (unknown before the
+        # first entry of the retained log).
+        missing = []
+        for offset in sorted(starts | entered):
+            ms, seq = ms_of[offset], first + offset
+            if offset in entered:
+                self._last_entry = (ms, seq)
+            elif self._last_entry is not None and (
+                    ms - self._last_entry[0] >= timeindex.EVERY_MS
+                    or seq - self._last_entry[1] >= timeindex.EVERY_MESSAGES):
+                missing.append(offset)
+        starts = set(missing)
         if starts:
             seqs = sorted(first + offset for offset in starts)
             found(DAMAGE, "time.missing", f"segment {first}",

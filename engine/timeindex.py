@@ -1,0 +1,81 @@
+"""The time index (docs/STORAGE.md "The time index"): sparse entries, exact lookups.
+
+An entry ``queue · ms · seq`` says that ``seq`` is the first message produced at ``ms``. A
+send whose millisecond is new writes one only when the queue's newest entry is
+``EVERY_MS`` or more older, or ``EVERY_MESSAGES`` or more seqs behind: nearly every send of a
+queue sent to a few thousand times a second is in a new millisecond, and its entry would be
+a row of its own. Between two entries lie at most ``EVERY_MESSAGES`` messages of later
+milliseconds than the first's, so a lookup finds the entries around its time with one seek
+each way and reads the records between them for their production times (``PREFIX``):
+production times rise with seqs (the engine clock never goes back), so the answer is exact.
+"""
+
+from __future__ import annotations
+
+from . import keys
+from .records import PREFIX
+from .state import QueueState
+from .store import Store
+
+#: A send in a new millisecond writes an entry when the newest one is this much older...
+EVERY_MS = 16
+#: ...or this many seqs behind its first message.
+EVERY_MESSAGES = 32
+
+
+def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
+    """The first seq produced at or after ``time_ms`` (``next_seq`` if none)."""
+    if time_ms > q.last_time_ms:
+        return q.next_seq
+    if time_ms == q.last_time_ms and q.last_time_seq >= 0:  # the newest ms, known
+        return q.last_time_seq
+    if time_ms == q.indexed_ms and q.indexed_seq >= 0:  # the newest entry, known
+        return q.indexed_seq
+    hint_ms, hint_seq = q.time_hint
+    if time_ms == hint_ms:
+        return hint_seq
+    time_ms = max(time_ms, 0)
+    lower = keys.time_key(q.id, time_ms, 0)
+    after = Store.scan(store.time, lower, keys.time_queue_upper(q.id))
+    end = q.next_seq
+    if after.valid():
+        _, entry_ms, end = keys.time_key_decode(after.key())
+        if entry_ms == time_ms:
+            return end
+    # The answer is at or above the last one found for an earlier time (a settle's rewind
+    # bound moves forward with the clock): near it, the walk starts there.
+    start = max(hint_seq, 0) if hint_ms < time_ms else 0
+    if end - start > 2 * EVERY_MESSAGES:
+        before = Store.scan(store.time, keys.time_key(q.id, 0, 0), lower, last=True)
+        if before.valid():
+            start = max(start, keys.time_key_decode(before.key())[2])
+    seq = _first_produced(store, q, start, end, time_ms)
+    if seq < q.next_seq:  # a fact that stays true: later messages are produced later
+        q.time_hint = (time_ms, seq)
+    return seq
+
+
+def _first_produced(store: Store, q: QueueState, start: int, end: int, time_ms: int) -> int:
+    """The first seq in ``[start, end)`` whose record was produced at or after ``time_ms``,
+    else ``end``: each lane's records there, read until one qualifies."""
+    unpack = PREFIX.unpack_from
+    found = end
+    for lane in q.lanes_used:
+        if q.lane_tail[lane] < start:
+            continue
+        it = Store.scan(store.log, keys.log_key(q.id, lane, start),
+                        keys.log_key(q.id, lane, found))
+        while it.valid():
+            if unpack(it.value())[0] >= time_ms:
+                found = keys.log_seq(it.key())
+                break
+            it.next()
+    return found
+
+
+def load_newest(store: Store, q: QueueState) -> None:
+    """Opening: the newest entry of the queue, which the next sends measure from."""
+    it = Store.scan(store.time, keys.time_key(q.id, 0, 0), keys.time_queue_upper(q.id),
+                    last=True)
+    if it.valid():
+        _, q.indexed_ms, q.indexed_seq = keys.time_key_decode(it.key())
