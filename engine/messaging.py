@@ -36,7 +36,7 @@ from .errors import (
 )
 from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_body
 from .results import Delivery, Sent, VisibilityChanged
-from .state import ENDED_DELETED, LEASED, Lease, QueueState, TagState
+from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
     MAX_VISIBILITY_S,
     check_batch,
@@ -153,9 +153,23 @@ class MessagingOps:
             ended: list[tuple[int, bytes, Lease]] = []
             results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
-            if deleted:
-                core._counters.count(q.id, t.id, DELETED, deleted)
+            unsaved = q.unsaved_deletes
+            if deleted:  # unsaved until we know whether the watermarks row is written
+                day = now // DAY_MS
+                if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
+                    core._counters.save_deletes(q)
+                    core._persist_watermarks(q)
+                q.unsaved_day = day
+                unsaved[t.id] = unsaved.get(t.id, 0) + deleted
+            gone = q.gone_seq
             core._settle(q, now)
+            if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
+                left = unsaved[t.id] - deleted
+                if left:
+                    unsaved[t.id] = left
+                else:
+                    del unsaved[t.id]
+                core._counters.count(q.id, t.id, DELETED, deleted)
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
             # reclaiming drops both; the watermarks row written with them says so. So the

@@ -1,6 +1,8 @@
-"""What a delete writes (docs/STORAGE.md "Leases"): a delete that ``gone_seq`` passes in the
-same write leaves the message's ``leases`` row as it was, and opening reads a ``leases`` row
-below ``gone_seq`` as deleted; one that it does not pass writes the row ``ENDED_DELETED``."""
+"""What a delete writes (docs/STORAGE.md "Leases", engine/counters.py): a delete that
+``gone_seq`` passes in the same write leaves the message's ``leases`` row as it was (opening
+reads a ``leases`` row below ``gone_seq`` as deleted) and its count goes into the watermarks
+row, not the tag's counter row; one that it does not pass writes the row ``ENDED_DELETED``
+and counts in the counter row."""
 
 from __future__ import annotations
 
@@ -48,10 +50,10 @@ def test_an_in_order_delete_of_one_writes_two_rows_and_stays_deleted(tmp_path, c
     clock.advance(1)
     held = [engine.receive("q")[0] for _ in range(4)]
     clock.advance(1)
-    # In order: gone_seq passes each message as it is deleted. The watermarks and the
-    # day's counters are written; the lease row is left as the receive wrote it.
+    # In order: gone_seq passes each message as it is deleted. The watermarks row is
+    # written, holding the delete's count too; the lease row is left as the receive wrote it.
     for delivery in held[:2]:
-        assert rows_written(engine, lambda: engine.delete("q", [delivery.receipt])) == 2
+        assert rows_written(engine, lambda: engine.delete("q", [delivery.receipt])) == 1
     assert lease_row(engine, 0).state == LEASED  # type: ignore[union-attr]
     # Out of order: gone_seq stays below it, so its row says deleted (peek's count).
     assert engine.delete("q", [held[3].receipt]) == [None]
@@ -140,3 +142,67 @@ def test_a_version_3_directory_opens_unchanged_and_is_marked_version_4(tmp_path,
         assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(4)
         assert [engine.stats("q", tag) for tag in (None, "default", "other")] == before
         assert [d.body for d in engine.receive("q", max=10)] == [b"m2", b"m3", b"m4"]
+
+
+def deleted_by_day(engine: Engine, tag: str | None = None) -> list[tuple[str, int]]:
+    return [(day["day"], day["deleted"]) for day in engine.stats("q", tag)]
+
+
+def test_deletes_counted_in_the_watermarks_row_go_to_the_counter_rows_the_next_day(
+        tmp_path, clock):
+    path = tmp_path / "data"
+    clock.set(1_700_006_400_000 - 10)  # 10 ms before midnight (UTC)
+    engine = Engine.open(path, clock=clock)
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.create_tag("q", "other", "oldest")
+    engine.send("q", [b"m%d" % i for i in range(8)])
+    clock.advance(1)
+    for tag in (None, "other"):  # in order: into the watermarks row
+        held = engine.receive("q", tag, max=3)
+        for delivery in held:
+            engine.delete("q", [delivery.receipt], tag)
+    q = engine._queues[engine._queue_names["q"]]
+    # The default tag's deletes did not raise gone_seq ("other" held the messages): its row.
+    assert q.unsaved_deletes == {2: 3}
+    day1 = [("2023-11-14", 3)]
+    assert deleted_by_day(engine, "other") == day1 and deleted_by_day(engine) == [
+        ("2023-11-14", 6)]
+    shutil.copytree(path, tmp_path / "killed")
+    clock.advance(10)  # the next day
+    [late] = engine.receive("q", "other")
+    [late_default] = engine.receive("q")
+    # Counted in its row; the day before's unsaved deletes went to theirs.
+    assert engine.delete("q", [late_default.receipt]) == [None]
+    assert q.unsaved_deletes == {}
+    assert engine.delete("q", [late.receipt], "other") == [None]  # raises gone_seq
+    assert q.unsaved_deletes == {2: 1} and q.unsaved_day == 1_700_006_400_000 // 86_400_000
+    expected = [("2023-11-15", 1), ("2023-11-14", 3)]
+    assert deleted_by_day(engine, "other") == expected
+    engine.close()
+    for directory in (path, tmp_path / "killed"):
+        with Engine.open(directory, clock=clock) as again:
+            if directory == path:
+                assert deleted_by_day(again, "other") == expected
+                assert deleted_by_day(again, "default") == expected
+                assert deleted_by_day(again) == [("2023-11-15", 2), ("2023-11-14", 6)]
+            else:  # as a kill -9 left it before the next day's delete
+                assert deleted_by_day(again, "other") == day1
+                assert deleted_by_day(again) == [("2023-11-14", 6)]
+
+
+def test_a_deleted_tag_takes_its_unsaved_deletes_with_it(tmp_path, clock):
+    path = tmp_path / "data"
+    with Engine.open(path, clock=clock) as engine:
+        engine.create_queue("q", {"visibility_timeout": 30})
+        engine.create_tag("q", "other", "oldest")
+        engine.send("q", [b"a", b"b"])
+        clock.advance(1)
+        engine.delete("q", [d.receipt for d in engine.receive("q", max=1)])
+        # raises gone_seq: counted in the watermarks row
+        engine.delete("q", [d.receipt for d in engine.receive("q", "other", max=2)], "other")
+        assert engine._queues[1].unsaved_deletes == {2: 2}
+        assert sum(day["deleted"] for day in engine.stats("q")) == 3
+        engine.delete_tag("q", "other")
+        assert sum(day["deleted"] for day in engine.stats("q")) == 1
+    with Engine.open(path, clock=clock) as engine:
+        assert sum(day["deleted"] for day in engine.stats("q")) == 1
