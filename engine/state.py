@@ -29,6 +29,7 @@ LANE_RANGE = range(1, LANES + 1)
 _WATERMARKS = struct.Struct(">QQQQQ")
 _UNSAVED_DAY = struct.Struct(">I")
 _UNSAVED_DELETES = struct.Struct(">IQ")  # tag, deletes
+_WATERMARKS_ONE_TAG = struct.Struct(">QQQQQIIQ")  # the five, the day, one tag's deletes
 _CURSORS = struct.Struct(">" + "Q" * (LANES + 8))
 # How far ahead of the next lease number a tag's row stores its counter (``encode_cursors``):
 # the row is written at least once per this many leases of the tag.
@@ -341,13 +342,20 @@ class QueueState:
     def encode_watermarks(self) -> bytes:
         """Five u64 watermarks; then, with unsaved deletes, their day (u32) and per tag its
         id (u32) and count (u64)."""
-        value = _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
-                                 self.purge_seq, self.next_topic_id)
-        if not self.unsaved_deletes:
-            return value
+        unsaved = self.unsaved_deletes
+        if not unsaved:
+            return _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
+                                    self.purge_seq, self.next_topic_id)
+        if len(unsaved) == 1:  # the usual case: one tag's deletes raise gone_seq
+            ((tag, count),) = unsaved.items()
+            return _WATERMARKS_ONE_TAG.pack(self.next_seq, self.expired_seq, self.gone_seq,
+                                            self.purge_seq, self.next_topic_id,
+                                            self.unsaved_day, tag, count)
         pack = _UNSAVED_DELETES.pack
-        return b"".join((value, _UNSAVED_DAY.pack(self.unsaved_day),
-                         *(pack(tag, count) for tag, count in self.unsaved_deletes.items())))
+        return b"".join((_WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
+                                          self.purge_seq, self.next_topic_id),
+                         _UNSAVED_DAY.pack(self.unsaved_day),
+                         *(pack(tag, count) for tag, count in unsaved.items())))
 
     def decode_watermarks(self, value: bytes) -> None:
         (self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq,

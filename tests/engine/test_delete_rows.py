@@ -206,3 +206,19 @@ def test_a_deleted_tag_takes_its_unsaved_deletes_with_it(tmp_path, clock):
         assert sum(day["deleted"] for day in engine.stats("q")) == 1
     with Engine.open(path, clock=clock) as engine:
         assert sum(day["deleted"] for day in engine.stats("q")) == 1
+
+
+def test_the_watermarks_row_holds_the_unsaved_deletes_of_any_number_of_tags():
+    from lamina.engine.state import QueueState
+
+    for unsaved in ({}, {3: 1}, {1: 2**40, 5: 7, 9: 1}):
+        q = QueueState(1, "q", {}, 0, next_seq=10, gone_seq=4, next_topic_id=2)
+        q.unsaved_deletes, q.unsaved_day = dict(unsaved), 19_000
+        value = q.encode_watermarks()
+        assert len(value) == 40 + (4 + 12 * len(unsaved) if unsaved else 0)
+        read = QueueState(1, "q", {}, 0)
+        read.decode_watermarks(value)
+        assert (read.next_seq, read.gone_seq, read.next_topic_id, read.unsaved_deletes) == (
+            10, 4, 2, unsaved)
+        if unsaved:
+            assert read.unsaved_day == 19_000
