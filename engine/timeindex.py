@@ -21,6 +21,8 @@ from .store import Store
 EVERY_MS = 16
 #: ...or this many seqs behind its first message.
 EVERY_MESSAGES = 32
+#: Records a lookup reads one by one from the last one's answer before it seeks.
+STEPS = 6
 
 
 def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
@@ -34,6 +36,13 @@ def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
     hint_ms, hint_seq = q.time_hint
     if time_ms == hint_ms:
         return hint_seq
+    if hint_ms < time_ms and len(q.lanes_used) == 1:
+        # A settle's rewind bound, a little later than the last: the few records produced
+        # since, read by point reads (a lane's seqs are dense where its records are kept).
+        seq = _step_from(store, q, q.lanes_used[0], hint_seq, time_ms)
+        if seq >= 0:
+            q.time_hint = (time_ms, seq)
+            return seq
     time_ms = max(time_ms, 0)
     lower = keys.time_key(q.id, time_ms, 0)
     after = Store.scan(store.time, lower, keys.time_queue_upper(q.id))
@@ -55,11 +64,33 @@ def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
     return seq
 
 
+def _step_from(store: Store, q: QueueState, lane: int, seq: int, time_ms: int) -> int:
+    """The first seq from ``seq`` on produced at or after ``time_ms``, reading at most
+    ``STEPS`` records of ``lane``, the queue's only one; -1 when that does not find it."""
+    get, log_key, unpack, queue_id = store.log.get, keys.log_key, PREFIX.unpack_from, q.id
+    for seq in range(max(seq, 0), min(seq + STEPS, q.next_seq)):
+        value = get(log_key(queue_id, lane, seq))
+        if value is None:
+            return -1
+        if unpack(value)[0] >= time_ms:
+            return seq
+    return -1
+
+
 def _first_produced(store: Store, q: QueueState, start: int, end: int, time_ms: int) -> int:
     """The first seq in ``[start, end)`` whose record was produced at or after ``time_ms``,
-    else ``end``: each lane's records there, read until one qualifies."""
+    else ``end``: each lane's records there, read until one qualifies. When the record
+    before ``end`` was produced before ``time_ms``, so were all before it (a millisecond of
+    many messages before a quiet spell): no walk."""
     unpack = PREFIX.unpack_from
     found = end
+    if start < end:
+        for lane in q.lanes_used:
+            value = store.log.get(keys.log_key(q.id, lane, end - 1))
+            if value is not None:
+                if unpack(value)[0] < time_ms:
+                    return end
+                break
     for lane in q.lanes_used:
         if q.lane_tail[lane] < start:
             continue
