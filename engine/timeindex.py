@@ -21,8 +21,10 @@ from .store import Store
 EVERY_MS = 16
 #: ...or this many seqs behind its first message.
 EVERY_MESSAGES = 32
-#: Records a lookup reads one by one from the last one's answer before it seeks.
+#: Records a lookup reads one by one from the last one's answer before it seeks, when it
+#: asks for a time less than ``STEP_WITHIN_MS`` after the last one's.
 STEPS = 6
+STEP_WITHIN_MS = 64
 
 
 def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
@@ -36,7 +38,7 @@ def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
     hint_ms, hint_seq = q.time_hint
     if time_ms == hint_ms:
         return hint_seq
-    if hint_ms < time_ms and len(q.lanes_used) == 1:
+    if hint_ms < time_ms < hint_ms + STEP_WITHIN_MS and len(q.lanes_used) == 1:
         # A settle's rewind bound, a little later than the last: the few records produced
         # since, read by point reads (a lane's seqs are dense where its records are kept).
         seq = _step_from(store, q, q.lanes_used[0], hint_seq, time_ms)
