@@ -27,6 +27,26 @@ STEPS = 6
 STEP_WITHIN_MS = 64
 
 
+def needs_entry(ms: int, seq: int, entry_ms: int, entry_seq: int) -> bool:
+    """Whether the first message ``seq`` of a new millisecond ``ms`` gets an entry, the
+    newest one being ``(entry_ms, entry_seq)`` (appending.py applies it in line)."""
+    return ms - entry_ms >= EVERY_MS or seq - entry_seq >= EVERY_MESSAGES
+
+
+def missing_entries(starts: list[tuple[int, int, bool]], entry: tuple[int, int] | None
+                    ) -> tuple[list[int], tuple[int, int] | None]:
+    """For ``lamina inspect verify``: of the first messages of new milliseconds, ``(ms,
+    seq, has an entry)`` in seq order, the seqs that lack the entry they need, and the last
+    entry among them (``entry``: the one before them, None when unknown)."""
+    missing = []
+    for ms, seq, entered in starts:
+        if entered:
+            entry = (ms, seq)
+        elif entry is not None and needs_entry(ms, seq, *entry):
+            missing.append(seq)
+    return missing, entry
+
+
 def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
     """The first seq produced at or after ``time_ms`` (``next_seq`` if none)."""
     if time_ms > q.last_time_ms:

@@ -20,13 +20,11 @@ not):
     time.entry        an entry's seq has a log row, produced at that ms, and is the first seq of
                       that ms; no entry outside the retained log
     time.missing      a ms with messages has no entry where the sparse index needs one
-                      (time lookups would read more records)
     lease.decode      a lease row decodes (state 1-4, lane 1-16); a lease batch row decodes,
                       its seqs ascend and end at its key's seq, its states are leased/deleted
     lease.message     a lease above gone_seq names a log row (seq, lane)
     lease.batch_overlap  two batch rows of one lane hold overlapping seq ranges
-    lease.below_gone  (warning) a lease row below gone_seq that is neither deleted nor leased
-                      (those wait for their segment): the engine drops them as it rises
+    lease.below_gone  (warning) a lease row below gone_seq, not deleted nor leased: dropped later
     meta              queue name index, definitions, watermarks, tag cursors rows
     orphan            rows of unknown queues or tags in any per-queue column family
 
@@ -521,21 +519,10 @@ class _QueueCheck:
                 entered.add(offset)
         if previous_ms is None:
             starts.discard(0)  # whether it starts its ms is unknown
-        # The index is sparse (engine/timeindex.py): a ms needs an entry when the entry
-        # before it is EVERY_MS older or EVERY_MESSAGES seqs behind (unknown before the
-        # first entry of the retained log).
-        missing = []
-        for offset in sorted(starts | entered):
-            ms, seq = ms_of[offset], first + offset
-            if offset in entered:
-                self._last_entry = (ms, seq)
-            elif self._last_entry is not None and (
-                    ms - self._last_entry[0] >= timeindex.EVERY_MS
-                    or seq - self._last_entry[1] >= timeindex.EVERY_MESSAGES):
-                missing.append(offset)
-        starts = set(missing)
-        if starts:
-            seqs = sorted(first + offset for offset in starts)
+        seqs, self._last_entry = timeindex.missing_entries(
+            [(ms_of[o], first + o, o in entered) for o in sorted(starts | entered)],
+            self._last_entry)
+        if seqs:
             found(DAMAGE, "time.missing", f"segment {first}",
                   f"{len(seqs)} ms with messages and no time index entry, first seqs "
                   f"{_seqs(seqs)}")
@@ -575,10 +562,8 @@ class _QueueCheck:
                       f"state {lease.state}, lane {lease.lane}")
                 continue
             if seq < q.gone_seq:
-                if lease.state in (ENDED_DELETED, LEASED):
-                    # kept for peek's count until its segment is reclaimed; a LEASED one is
-                    # a delete that gone_seq passed at once (read as ENDED_DELETED)
-                    continue
+                if lease.state in (ENDED_DELETED, LEASED):  # read as deleted: kept for
+                    continue  # peek's count until its segment is reclaimed
                 found(WARNING, "lease.below_gone", where,
                       f"below gone_seq {q.gone_seq} (dropped when gone_seq next rises)")
             elif store.log.get(keys.log_key(q.id, lease.lane, seq)) is None:
