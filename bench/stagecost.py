@@ -9,7 +9,10 @@ and the engine alone — the table of docs/PERFORMANCE.md.
 Each tree runs in a child process of its own with a fresh data directory (a queue of
 256-byte bodies, pre-filled); the parent asks the children for one round at a time, in turn,
 so both see the same machine drift. A round times ``calls`` requests of each kind with
-``time.process_time_ns()``; the best of ``rounds`` rounds is reported, in µs.
+``time.process_time_ns()``; the best of ``rounds`` rounds is reported, in µs. ``delete1.*``
+is a delete of one message received just before; ``engine.delete1`` deletes of one, in order;
+the ``*_new_ms`` figures put each operation in a millisecond of its own (as W4's requests,
+a round trip apart, are).
 """
 
 from __future__ import annotations
