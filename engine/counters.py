@@ -91,7 +91,10 @@ class Counters:
 
     def save_deletes(self, q: QueueState) -> None:
         """Add the queue's unsaved deletes to its tags' rows (the caller writes the
-        watermarks row, which held them, in the same batch: module docstring)."""
+        watermarks row, which held them, in the same batch: module docstring); those of a
+        day past the ``KEEP_DAYS`` kept are dropped, as its rows were."""
+        if q.unsaved_day <= self._context._now // DAY_MS - KEEP_DAYS:
+            q.unsaved_deletes.clear()
         for tag, deleted in q.unsaved_deletes.items():
             row_key = (q.id, tag, q.unsaved_day)
             row = self._rows.get(row_key) or self._load(row_key)

@@ -222,3 +222,18 @@ def test_the_watermarks_row_holds_the_unsaved_deletes_of_any_number_of_tags():
             10, 4, 2, unsaved)
         if unsaved:
             assert read.unsaved_day == 19_000
+
+
+def test_unsaved_deletes_of_a_day_past_the_kept_ones_leave_no_counter_row(tmp_path, clock):
+    from lamina.engine.counters import KEEP_DAYS
+
+    with Engine.open(tmp_path / "data", clock=clock) as engine:
+        engine.create_queue("q", {"visibility_timeout": 30, "retention": 365 * 86400})
+        engine.send("q", [b"a", b"b"])
+        clock.advance(1)
+        engine.delete("q", [d.receipt for d in engine.receive("q")])  # unsaved
+        old_day = clock() // 86_400_000
+        clock.advance(KEEP_DAYS * 86_400_000)
+        engine.delete("q", [d.receipt for d in engine.receive("q")])
+        assert not engine._store.meta.get(keys.day_key(1, 1, old_day))
+        assert [day["deleted"] for day in engine.stats("q", days=KEEP_DAYS)] == [1]
