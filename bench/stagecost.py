@@ -9,7 +9,10 @@ and the engine alone — the table of docs/PERFORMANCE.md.
 Each tree runs in a child process of its own with a fresh data directory (a queue of
 256-byte bodies, pre-filled); the parent asks the children for one round at a time, in turn,
 so both see the same machine drift. A round times ``calls`` requests of each kind with
-``time.process_time_ns()``; the best of ``rounds`` rounds is reported, in µs.
+``time.process_time_ns()``; the best of ``rounds`` rounds is reported, in µs. ``delete1.*``
+is a delete of one message received just before; ``engine.delete1`` deletes of one, in order;
+the ``*_new_ms`` figures put each operation in a millisecond of its own (as W4's requests,
+a round trip apart, are).
 """
 
 from __future__ import annotations
@@ -42,6 +45,20 @@ def _import_tree(root: Path) -> None:
     sys.modules["lamina"] = package
 
 
+class _SteppingClock:
+    """The wall clock in epoch ms, moved ``step_ms`` further ahead at every reading while
+    stepping: the ``*_new_ms`` figures put each operation in a millisecond of its own, as
+    requests arriving a round trip apart do (W4), instead of many sharing one."""
+
+    def __init__(self) -> None:
+        self.step_ms = 0
+        self._ahead_ms = 0
+
+    def __call__(self) -> int:
+        self._ahead_ms += self.step_ms
+        return time.time_ns() // 1_000_000 + self._ahead_ms
+
+
 class _Child:
     """One tree: an engine, a protocol connection and the requests of each kind."""
 
@@ -51,7 +68,8 @@ class _Child:
         from lamina.wire.protocol import ClientConnection, ServerConnection
 
         self.dispatch = dispatch
-        self.engine = Engine.open(data)
+        self.clock = _SteppingClock()
+        self.engine = Engine.open(data, clock=self.clock)
         self.engine.create_queue("q")
         bodies = [(b"%016d" % i).ljust(BODY_BYTES, b"x") for i in range(1000)]
         for _ in range(prefill // 1000):
@@ -139,6 +157,14 @@ class _Child:
         frames = self._frames("receive", lambda i: {"queue": "idle", "max": BATCH}, calls)
         for stage, value in zip(STAGES, self._stages(frames, self._apply)):
             figures[f"receive_empty.{stage}"] = value
+        # receive 1 (not timed) then delete it, request by request.
+        sums: tuple[float, ...] = (0, 0, 0)
+        for _ in range(calls):
+            (delivery,) = engine.receive("q", max=1)
+            frames = self._frames("delete", lambda i: {"queue": "q",
+                                                       "receipts": [delivery.receipt]}, 1)
+            sums = tuple(a + b for a, b in zip(sums, self._stages(frames, self._apply)))
+        totals["delete1"] = sums
         for kind, sums in totals.items():
             for stage, value in zip(STAGES, sums):
                 figures[f"{kind}.{stage}"] = value / calls
@@ -159,6 +185,26 @@ class _Child:
         figures["engine.receive1"] = (clock() - started) / calls / 1000
         for receipt in receipts:
             engine.delete("q", [receipt])
+        figures.update(self._engine_singles(calls))
+        return figures
+
+    def _engine_singles(self, calls: int) -> dict[str, float]:
+        """The engine alone, one message an operation: deletes of 1 (of messages received
+        one at a time, in order), and sends and deletes of 1 each in a new millisecond."""
+        clock, engine, figures = time.process_time_ns, self.engine, {}
+        for suffix, step_ms in (("", 0), ("_new_ms", 1)):
+            self.clock.step_ms = step_ms
+            if step_ms:
+                started = clock()
+                for _ in range(calls):
+                    engine.send("q", self.one)
+                figures["engine.send1_new_ms"] = (clock() - started) / calls / 1000
+            receipts = [engine.receive("q", max=1)[0].receipt for _ in range(calls)]
+            started = clock()
+            for receipt in receipts:
+                engine.delete("q", [receipt])
+            figures[f"engine.delete1{suffix}"] = (clock() - started) / calls / 1000
+        self.clock.step_ms = 0
         return figures
 
 

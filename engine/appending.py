@@ -20,6 +20,8 @@ from .results import Sent
 from .scope import filter_matches
 from .state import DAY_MS, QueueState, Segment, TagState
 from .store import Store
+from .timeindex import EVERY_MESSAGES as TIME_EVERY_MESSAGES
+from .timeindex import EVERY_MS as TIME_EVERY_MS
 from .topics import Topics
 from .validation import (
     DEFAULT_PRIORITY,
@@ -169,12 +171,14 @@ class Appender:
         # log prefix are the same for all of them.
         plain_now, plain_prefix, plain_tail = self._plain
         if plain_now != now:
-            now_cbor = cbor_uint(now)
+            # An epoch time in ms is 2^32 or more: a CBOR head of 9 bytes (cbor_uint's).
+            now_cbor = b"\x1b" + now.to_bytes(8, "big") if now >= 1 << 32 else cbor_uint(now)
             plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
             plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
             self._plain = (now, plain_prefix, plain_tail)
         written = bytes_in = refused = 0
         next_topic_id = q.next_topic_id
+        first_seq = q.next_seq  # that of the first message appended, if any
         for index, raw in enumerate(messages):
             if capacity <= 0 and type(raw) is not _Entry:
                 append(QueueFull(f"messages[{index}]: queue {q.name!r} retains max_messages "
@@ -249,11 +253,13 @@ class Appender:
         if first_in_lane:
             self._count_sent(q, results, messages, len(results) - refused, bytes_in)
             put = store.put
-            if now > q.indexed_ms:
-                first_seq = min(first_in_lane.values())
-                put(store.time_h, keys.time_key(qid, now, first_seq), b"")
-                q.indexed_ms, q.indexed_seq = now, first_seq
-            q.last_time_ms = now
+            if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
+                q.last_time_seq = first_seq
+                if (now - q.indexed_ms >= TIME_EVERY_MS
+                        or first_seq - q.indexed_seq >= TIME_EVERY_MESSAGES):
+                    put(store.time_h, keys.time_key(qid, now, first_seq), b"")
+                    q.indexed_ms, q.indexed_seq = now, first_seq
+                q.last_time_ms = now
             if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
                 q.oldest_live_ms = now
             # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first

@@ -56,6 +56,7 @@ from .state import (
 )
 from .scope import in_scope, not_ended_between
 from .store import Store
+from .timeindex import first_seq_at
 from .storememory import MemoryBounds
 from .topics import Topics
 
@@ -129,8 +130,10 @@ class EngineCore(StoreRecovery):
             # the ``leasebatches`` family (created empty by the open: version 2 lease rows are
             # read as they are) and writes fewer rows per send (docs/STORAGE.md): the counter
             # rows of tags without a filter change meaning; watermarks and segment rows are
-            # read as they are. Version 4 adds a mark to the counter rows of tags (counters.py):
-            # rows without one are read as they are.
+            # read as they are. Version 4 reads a ``leases`` row below ``gone_seq`` as
+            # deleted and a sparse time index, and adds a mark to the counter rows of tags
+            # (docs/STORAGE.md, counters.py): version 3's rows are valid as they are, so
+            # migrating from it is writing the version.
             store.drop_legacy_families()
             if version is not None and found < 3:
                 migrate_tag_rows(store)
@@ -337,15 +340,11 @@ class EngineCore(StoreRecovery):
     # -- watermarks ---------------------------------------------------------------------------
 
     def _first_seq_at(self, q: QueueState, time_ms: int) -> int:
-        """The first seq produced at or after ``time_ms`` (``next_seq`` if none): one seek in
-        the time index, O(log n)."""
+        """The first seq produced at or after ``time_ms`` (``next_seq`` if none): a seek
+        each way in the sparse time index and the records between (timeindex.py)."""
         if time_ms > q.last_time_ms:
             return q.next_seq
-        if time_ms == q.indexed_ms and q.indexed_seq >= 0:  # the newest entry, known
-            return q.indexed_seq
-        lower, upper = keys.time_key(q.id, time_ms, 0), keys.time_queue_upper(q.id)
-        it = Store.scan(self._store.time, lower, upper)
-        return keys.time_key_decode(it.key())[2] if it.valid() else q.next_seq
+        return first_seq_at(self._store, q, time_ms)
 
     def _advance(self, q: QueueState, now: int) -> None:
         """Apply what is due by now before an operation on ``q`` acts: dead-letter moves of

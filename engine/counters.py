@@ -8,6 +8,12 @@ one batch), so the rows hold exactly the messages up to that row's ``last_seq``;
 after it are ``QueueState.unsaved_sends``, counted again from the log when the queue is read
 (``loading.read_queue``), and every read of the figures adds them.
 
+Likewise a delete that raises the queue's ``gone_seq`` (so writes its watermarks row) does not
+write its tag's row: its count goes to ``QueueState.unsaved_deletes``, which the watermarks
+row holds, and every read of the figures adds them. They go to the tags' rows (with the
+watermarks row written again) when a delete of another day comes; a delete that does not
+raise ``gone_seq`` counts in its tag's row as before.
+
 A tag without a filter receives every message sent from its start on, so a send does not
 write its row: its ``sent`` / ``bytes_in`` are the queue's (from the day it was created) less
 what its own row holds there, the sends of those days it did not receive — those of its day
@@ -166,6 +172,19 @@ class Counters:
             self.dirty.add(row_key)
         q.unsaved_sends.clear()
 
+    def save_deletes(self, q: QueueState) -> None:
+        """Add the queue's unsaved deletes to its tags' rows (the caller writes the
+        watermarks row, which held them, in the same batch: module docstring); those of a
+        day past the ``KEEP_DAYS`` kept are dropped, as its rows were."""
+        if q.unsaved_day <= self._context._now // DAY_MS - KEEP_DAYS:
+            q.unsaved_deletes.clear()
+        for tag, deleted in q.unsaved_deletes.items():
+            row_key = (q.id, tag, q.unsaved_day)
+            row = self._rows.get(row_key) or self._load(row_key)
+            row[DELETED] += deleted
+            self.dirty.add(row_key)
+        q.unsaved_deletes.clear()
+
     def tag_created(self, q: QueueState, tag: int) -> None:
         """A tag without a filter was created: today's sends so far are sends it did not
         receive (module docstring)."""
@@ -248,6 +267,11 @@ class Counters:
         # A tag without a filter: the queue's sends from its day of creation, less its own.
         follows = tag is not None and tag.filter is None
         from_day = tag.created // DAY_MS if tag is not None else 0
+        day = q.unsaved_day
+        if q.unsaved_deletes and first <= day <= today:
+            for tag_id, deleted in q.unsaved_deletes.items():
+                if tag is None or tag_id == tag.id:
+                    totals.setdefault(day, [0] * len(FIELDS))[DELETED] += deleted
         if tag is None or follows:
             for day, (sent, bytes_in) in q.unsaved_sends.items():
                 if first <= day <= today and day >= from_day:

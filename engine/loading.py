@@ -12,10 +12,10 @@ from typing import Any, Iterator
 
 import cbor2
 
-from . import keys, leasebatch
+from . import keys, leasebatch, timeindex
 from .records import PREFIX, PREFIX_SIZE, body_size
-from .state import (DAY_MS, DEAD_MARK, DEFAULT_LANE, LANE_RANGE, Lease, QueueState, Segment,
-                    TagState)
+from .state import (DAY_MS, DEAD_MARK, DEFAULT_LANE, ENDED_DELETED, LANE_RANGE, Lease,
+                    QueueState, Segment, TagState)
 from .store import Store
 
 
@@ -42,7 +42,8 @@ def read_queue(store: Store, queue_id: int, definition: dict[str, Any],
         q.segments.append(Segment.decode(keys.segment_key_decode(key)[1], value))
     if q.segments:
         _complete_open_segment(store, q, q.segments[-1])
-        q.last_time_ms = q.indexed_ms = q.segments[-1].last_ms
+        q.last_time_ms = q.segments[-1].last_ms
+        timeindex.load_newest(store, q)
     return q
 
 
@@ -78,10 +79,15 @@ def lease_rows(store: Store, queue_id: int, tag_id: int, gone_seq: int
                ) -> Iterator[tuple[int, Lease]]:
     """``(seq, lease)`` of every lease of the tag, by seq (ENDED_DELETED ones too): its
     ``leases`` rows, and the entries of its batch rows at or above ``gone_seq`` that no
-    ``leases`` row overrides (leasebatch.py)."""
+    ``leases`` row overrides (leasebatch.py). A ``leases`` row below ``gone_seq`` is
+    ENDED_DELETED whatever it holds: a delete that ``gone_seq`` passed at once leaves the
+    message's row as it was (docs/STORAGE.md "Leases"); its count and first dequeue time
+    are the message's."""
     lower, upper = keys.tag_scope_bounds(queue_id, tag_id)
-    rows = ((keys.lease_key_decode(key)[2], 0, Lease.decode(value))
-            for key, value in Store.items(store.leases, lower, upper))
+    rows = ((seq, 0, lease if seq >= gone_seq or lease.state == ENDED_DELETED
+             else Lease(ENDED_DELETED, lease.lane, 0, lease.count, lease.first_ms, 0))
+            for seq, lease in ((keys.lease_key_decode(key)[2], Lease.decode(value))
+                               for key, value in Store.items(store.leases, lower, upper)))
     batches = [((seq, 1, lease) for seq, lease in
                 leasebatch.lane_leases(store, queue_id, tag_id, lane, gone_seq))
                for lane in LANE_RANGE]

@@ -36,7 +36,7 @@ from .errors import (
 )
 from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_body
 from .results import Delivery, Sent, VisibilityChanged
-from .state import ENDED_DELETED, LEASED, Lease, QueueState, TagState
+from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
     MAX_VISIBILITY_S,
     check_batch,
@@ -162,37 +162,64 @@ class MessagingOps:
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
             touched: list[LeaseBatch] = []
-            results = self._delete_receipts(q, t, receipts, now, touched)
+            ended: list[tuple[int, bytes, Lease]] = []
+            results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
-            if deleted:
-                core._counters.count(q.id, t.id, DELETED, deleted)
+            unsaved = q.unsaved_deletes
+            if deleted:  # unsaved until we know whether the watermarks row is written
+                day = now // DAY_MS
+                if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
+                    core._counters.save_deletes(q)
+                    core._persist_watermarks(q)
+                q.unsaved_day = day
+                unsaved[t.id] = unsaved.get(t.id, 0) + deleted
+            gone = q.gone_seq
             core._settle(q, now)
+            if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
+                left = unsaved[t.id] - deleted
+                if left:
+                    unsaved[t.id] = left
+                else:
+                    del unsaved[t.id]
+                core._counters.count(q.id, t.id, DELETED, deleted)
+            # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
+            # reads a ``leases`` row below it as deleted and no batch row below it,
+            # reclaiming drops both; the watermarks row written with them says so. So the
+            # rows of deletes that ``gone_seq`` passed in this very operation are not
+            # written again (docs/STORAGE.md "Leases").
+            store = core._store
+            batch_put, gone = store.batch.put, q.gone_seq
+            if ended:
+                pack, leases_h = Lease.pack, store.leases_h
+                for seq, key, lease in ended:
+                    if seq >= gone:
+                        batch_put(key, pack(ENDED_DELETED, lease.lane, 0, lease.count,
+                                            lease.first_ms, 0), leases_h)
             if touched:
-                store = core._store
-                batch_put, batches_h, gone = store.batch.put, store.leasebatches_h, q.gone_seq
+                batches_h = store.leasebatches_h
                 for batch in touched:
-                    # A row wholly below ``gone_seq`` means nothing (opening does not read
-                    # it, reclaiming drops it): the watermarks row written with it says so.
                     if batch.seqs[-1] >= gone:
                         batch_put(batch.key, batch.row(), batches_h)
             return results
 
     def _delete_receipts(self, q: QueueState, t: TagState, receipts: Sequence[object],
-                         now: int, touched_out: list[LeaseBatch]) -> list[LaminaError | None]:
+                         now: int, touched_out: list[LeaseBatch],
+                         ended_out: list[tuple[int, bytes, Lease]]) -> list[LaminaError | None]:
         """``delete``'s loop: per receipt None or the error that refused it.
 
         The usual delete — the very receipt this process issued for a current lease, on a
         tag with no topic head and no rewind in effect, below its lane's cursor — is done
-        here in line: the lease leaves memory and its row is written back ``ENDED_DELETED``,
-        exactly as ``EngineCore._lease_dropped`` does for it; a lease held by a batch row
-        (leasebatch.py) is marked deleted there, and each such row goes to ``touched_out``
-        once, for ``delete`` to write after settling ``gone_seq``. Anything else goes the
-        general way (``_current_lease``, ``_lease_dropped``)."""
+        here in line: the lease leaves memory, exactly as ``EngineCore._lease_dropped`` does
+        for it, and goes to ``ended_out`` as (seq, row key, lease) for ``delete`` to write
+        its row back ``ENDED_DELETED`` after settling ``gone_seq``; a lease held by a batch
+        row (leasebatch.py) is marked deleted there, and each such row goes to
+        ``touched_out`` once, likewise. Anything else goes the general way
+        (``_current_lease``, ``_lease_dropped``)."""
         core = self._core
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
-        lease_key, pack = keys.lease_key, Lease.pack
-        batch_put, leases_h = store.batch.put, store.leases_h
+        lease_key = keys.lease_key
+        end = ended_out.append
         dropped: list[tuple[int, int]] = []  # (due, seq) of the leases ended in line
         drop = dropped.append
         qid, tid = q.id, t.id
@@ -215,8 +242,7 @@ class MessagingOps:
                     batch = lease.batch
                     if batch is None:
                         key = lease_key(qid, tid, seq)
-                        batch_put(key, pack(ENDED_DELETED, lease.lane, 0, lease.count,
-                                            lease.first_ms, 0), leases_h)
+                        end((seq, key, lease))
                     else:  # its batch row is written once, below
                         batch.states[bisect_left(batch.seqs, seq)] = ENDED_DELETED
                         if batch is not last:

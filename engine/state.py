@@ -27,6 +27,9 @@ LANES = 16
 LANE_RANGE = range(1, LANES + 1)
 
 _WATERMARKS = struct.Struct(">QQQQQ")
+_UNSAVED_DAY = struct.Struct(">I")
+_UNSAVED_DELETES = struct.Struct(">IQ")  # tag, deletes
+_WATERMARKS_ONE_TAG = struct.Struct(">QQQQQIIQ")  # the five, the day, one tag's deletes
 _CURSORS = struct.Struct(">" + "Q" * (LANES + 8))
 # How far ahead of the next lease number a tag's row stores its counter (``encode_cursors``):
 # the row is written at least once per this many leases of the tag.
@@ -313,11 +316,18 @@ class QueueState:
     lane_tail: list[int] = field(default_factory=lambda: [-1] * (LANES + 1))
     lanes_used: list[int] = field(default_factory=list)  # sorted lanes that ever held a message
     last_time_ms: int = -1           # newest production time
-    indexed_ms: int = -1             # newest ms with a time-index entry (-1: index again)
+    last_time_seq: int = -1          # first seq produced at ``last_time_ms`` (-1: unknown)
+    indexed_ms: int = -1             # newest ms with a time-index entry (-1: none)
     indexed_seq: int = -1            # the seq of that entry when known (-1: read the index)
+    time_hint: tuple[int, int] = (-1, -1)  # (ms, the first seq produced at or after it)
     # Sends not yet in the queue's counter rows, day -> [messages, body bytes]: those after
     # the ``last_seq`` of the open segment's row (counters.py), rebuilt from the log at open.
     unsaved_sends: dict[int, list[int]] = field(default_factory=dict)
+    # Deletes of day ``unsaved_day`` not yet in the tags' counter rows, tag id -> count: held
+    # by the watermarks row instead (counters.py), so a delete that raises ``gone_seq`` writes
+    # one row for both.
+    unsaved_deletes: dict[int, int] = field(default_factory=dict)
+    unsaved_day: int = 0
     oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 none
     segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
     tags: dict[int, TagState] = field(default_factory=dict)
@@ -330,12 +340,31 @@ class QueueState:
         return {"name": self.name, "attributes": self.attributes, "created": self.created}
 
     def encode_watermarks(self) -> bytes:
-        return _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq,
-                                self.next_topic_id)
+        """Five u64 watermarks; then, with unsaved deletes, their day (u32) and per tag its
+        id (u32) and count (u64)."""
+        unsaved = self.unsaved_deletes
+        if not unsaved:
+            return _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
+                                    self.purge_seq, self.next_topic_id)
+        if len(unsaved) == 1:  # the usual case: one tag's deletes raise gone_seq
+            ((tag, count),) = unsaved.items()
+            return _WATERMARKS_ONE_TAG.pack(self.next_seq, self.expired_seq, self.gone_seq,
+                                            self.purge_seq, self.next_topic_id,
+                                            self.unsaved_day, tag, count)
+        pack = _UNSAVED_DELETES.pack
+        return b"".join((_WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
+                                          self.purge_seq, self.next_topic_id),
+                         _UNSAVED_DAY.pack(self.unsaved_day),
+                         *(pack(tag, count) for tag, count in unsaved.items())))
 
     def decode_watermarks(self, value: bytes) -> None:
         (self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq,
-         self.next_topic_id) = _WATERMARKS.unpack(value)
+         self.next_topic_id) = _WATERMARKS.unpack_from(value)
+        self.unsaved_deletes = {}
+        if len(value) > _WATERMARKS.size:
+            (self.unsaved_day,) = _UNSAVED_DAY.unpack_from(value, _WATERMARKS.size)
+            self.unsaved_deletes = dict(_UNSAVED_DELETES.iter_unpack(
+                value[_WATERMARKS.size + _UNSAVED_DAY.size:]))
 
     def tag_named(self, name: str) -> TagState | None:
         tag_id = self.tag_names.get(name.lower())

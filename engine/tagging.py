@@ -89,5 +89,7 @@ class TagOps:
             del q.tags[t.id]
             del q.tag_names[t.name.lower()]
             self._core._counters.forget(q.id, t.id)
+            if q.unsaved_deletes.pop(t.id, None) is not None:
+                self._core._persist_watermarks(q)
             self._core._advance(q, now)
             self._core._settle(q, now)

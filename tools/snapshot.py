@@ -39,7 +39,7 @@ from typing import Any, Iterator
 import cbor2
 from rocksdict import ReadOptions
 
-from lamina.engine import keys
+from lamina.engine import keys, timeindex
 from lamina.engine.clock import wall_clock_ms
 from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.errors import QueueNotFound, TagNotFound
@@ -258,13 +258,10 @@ class Snapshot:
     # -- the log ------------------------------------------------------------------------------
 
     def first_seq_at(self, q: QueueState, time_ms: int) -> int:
-        """The first seq produced at or after ``time_ms`` (``next_seq`` if none): one seek in
-        the time index, as ``EngineCore._first_seq_at``."""
-        if time_ms > q.last_time_ms:
-            return q.next_seq
-        lower, upper = keys.time_key(q.id, max(time_ms, 0), 0), keys.time_queue_upper(q.id)
-        it = Store.scan(self.store.time, lower, upper)
-        return keys.time_key_decode(it.key())[2] if it.valid() else q.next_seq
+        """The first seq produced at or after ``time_ms`` (``next_seq`` if none), as
+        ``EngineCore._first_seq_at``: the sparse time index and the records between its
+        entries."""
+        return timeindex.first_seq_at(self.store, q, time_ms)
 
     def retained_from(self, q: QueueState, now: int) -> int:
         """The first seq the engine still holds at ``now``: ``gone_seq`` raised by retention

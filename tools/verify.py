@@ -19,12 +19,12 @@ not):
     time.order        time index entries: seqs increase with time
     time.entry        an entry's seq has a log row, produced at that ms, and is the first seq of
                       that ms; no entry outside the retained log
-    time.missing      a ms with messages has no entry (time lookups would land late)
+    time.missing      a ms with messages has no entry where the sparse index needs one
     lease.decode      a lease row decodes (state 1-4, lane 1-16); a lease batch row decodes,
                       its seqs ascend and end at its key's seq, its states are leased/deleted
     lease.message     a lease above gone_seq names a log row (seq, lane)
     lease.batch_overlap  two batch rows of one lane hold overlapping seq ranges
-    lease.below_gone  (warning) a lease row below gone_seq: the engine drops those as it rises
+    lease.below_gone  (warning) a lease row below gone_seq, not deleted nor leased: dropped later
     meta              queue name index, definitions, watermarks, tag cursors rows
     orphan            rows of unknown queues or tags in any per-queue column family
 
@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 import cbor2
 
-from lamina.engine import keys
+from lamina.engine import keys, timeindex
 from lamina.engine.records import PREFIX, PREFIX_SIZE
 from lamina.engine.state import (
     DEAD_MARK,
@@ -306,6 +306,7 @@ class _QueueCheck:
 
     def check_log_and_time_index(self) -> None:
         q = self.q
+        self._last_entry: tuple[int, int] | None = None  # (ms, seq): check_time_entries
         entries = self._time_entries()
         entry = next(entries, None)
         first = q.segments[0].first_seq if q.segments else q.next_seq
@@ -488,8 +489,9 @@ class _QueueCheck:
         when unknown: then the segment's first seq needs no entry)."""
         found = self.found
         size = len(ms_of)
-        # Seqs starting a new ms (each needs an entry), and time order.
+        # Seqs starting a new ms (each may need an entry), and time order.
         starts = set()
+        entered: set[int] = set()  # those with their entry
         last = -1 if previous_ms is None else previous_ms
         order_reported = False
         for offset, ms in enumerate(ms_of):
@@ -513,11 +515,14 @@ class _QueueCheck:
             elif offset not in starts:
                 found(DAMAGE, "time.entry", where,
                       "not the first seq of that ms (an earlier seq has the same time)")
-            starts.discard(offset)
+            else:
+                entered.add(offset)
         if previous_ms is None:
             starts.discard(0)  # whether it starts its ms is unknown
-        if starts:
-            seqs = sorted(first + offset for offset in starts)
+        seqs, self._last_entry = timeindex.missing_entries(
+            [(ms_of[o], first + o, o in entered) for o in sorted(starts | entered)],
+            self._last_entry)
+        if seqs:
             found(DAMAGE, "time.missing", f"segment {first}",
                   f"{len(seqs)} ms with messages and no time index entry, first seqs "
                   f"{_seqs(seqs)}")
@@ -557,8 +562,8 @@ class _QueueCheck:
                       f"state {lease.state}, lane {lease.lane}")
                 continue
             if seq < q.gone_seq:
-                if lease.state == ENDED_DELETED:
-                    continue  # kept for peek's count until its segment is reclaimed
+                if lease.state in (ENDED_DELETED, LEASED):  # read as deleted: kept for
+                    continue  # peek's count until its segment is reclaimed
                 found(WARNING, "lease.below_gone", where,
                       f"below gone_seq {q.gone_seq} (dropped when gone_seq next rises)")
             elif store.log.get(keys.log_key(q.id, lease.lane, seq)) is None:
