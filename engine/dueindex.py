@@ -79,15 +79,30 @@ class DueIndex:
             buckets[due_ms] = {bucket: None, **dict.fromkeys(seqs)}  # type: ignore[dict-item]
         self.version += 1
 
-    def discard_all(self, pairs: list[tuple[int, int]]) -> None:
-        """``discard(due_ms, seq)`` for each ``(due_ms, seq)`` of ``pairs``."""
+    def discard_runs(self, due_seqs: dict[int, list[int]]) -> None:
+        """``discard(due_ms, seq)`` for each seq of ``due_seqs[due_ms]`` (a delete's leases:
+        usually one receive's, sharing their due time). A group all of whose seqs go is
+        dropped whole."""
         buckets = self.buckets
-        for due_ms, seq in pairs:
+        for due_ms, seqs in due_seqs.items():
             bucket = buckets.get(due_ms)
-            if bucket.__class__ is dict and len(bucket) > 1:
-                bucket.pop(seq, None)
-            elif bucket is not None:
-                self.discard(due_ms, seq)
+            if bucket.__class__ is dict:
+                if len(bucket) > len(seqs):
+                    pop = bucket.pop  # type: ignore[union-attr]
+                    for seq in seqs:
+                        pop(seq, None)
+                    if bucket:
+                        continue
+                elif bucket.keys() != set(seqs):  # type: ignore[union-attr]
+                    for seq in seqs:
+                        self.discard(due_ms, seq)
+                    continue
+            elif bucket is None or len(seqs) != 1 or bucket != seqs[0]:
+                for seq in seqs:  # a one-seq group (or none): of another seq, or of one of these
+                    self.discard(due_ms, seq)
+                continue
+            del buckets[due_ms]
+            self.dues.remove(due_ms)
 
     def discard(self, due_ms: int, seq: int) -> None:
         buckets = self.buckets

@@ -277,20 +277,23 @@ class Lessor:
             # A plain message (no topic) that every message of the tag's scope passes is
             # admitted without the general gate.
             plain_scope = t.filter is None
+            start_ms, start_seq = t.start_ms, t.start_seq
             in_line = not self.dry_run
+            limited = self.room is not None
             batch: LeaseBatch | None = None  # this lane's first leases: one row (leasebatch.py)
             seqs: list[int] = []  # its seqs and lease numbers
             numbers: list[int] = []
-            while valid() and len(out) < count and self.budget > 0:
+            budget = self.budget  # this loop's own (``_admit``, ``_lease`` do not read it)
+            while budget > 0 and valid() and len(out) < count:
                 value = value_of()
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
-                self.budget -= 1
+                budget -= 1
                 if visible_ms == enqueue_ms and (seq := seq_of(key_of(), 5)[0]) not in leases:
-                    if not ((plain_scope and topic_id == 0 and enqueue_ms >= t.start_ms
-                             and seq >= t.start_seq) or self._admit(seq, value)):
+                    if not ((topic_id == 0 and plain_scope and enqueue_ms >= start_ms
+                             and seq >= start_seq) or self._admit(seq, value)):
                         self.tag_moved = True  # passed (a parked topic): the row tells it
                     else:
-                        if self.room is not None and not self._fits(value):
+                        if limited and not self._fits(value):
                             break
                         if topic_id == 0 and in_line:
                             number = t.lease_counter
@@ -314,6 +317,7 @@ class Lessor:
                         else:
                             self._lease(seq, lane, value, None)
                 step()
+            self.budget = budget
             if seqs:
                 self._save_batch(lane, batch, seqs, numbers)
             if self.dry_run:

@@ -34,7 +34,7 @@ from .errors import (
     LaminaError,
     StaleReceipt,
 )
-from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_body
+from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
 from .results import Delivery, Sent, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
@@ -220,8 +220,11 @@ class MessagingOps:
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
         lease_key = keys.lease_key
         end = ended_out.append
-        dropped: list[tuple[int, int]] = []  # (due, seq) of the leases ended in line
-        drop = dropped.append
+        # The seqs of the leases ended in line, by due time: runs of one due (a receive's
+        # leases share theirs), ``due_seqs[due]`` the seqs of each.
+        due_seqs: dict[int, list[int]] = {}
+        run_due = -1
+        run: list[int] = []
         qid, tid = q.id, t.id
         results: list[LaminaError | None] = []
         append = results.append
@@ -229,15 +232,14 @@ class MessagingOps:
         in_line = 0
         touched: dict[int, LeaseBatch] = {}  # the batch rows of deleted leases (usually one)
         last: LeaseBatch | None = None  # the latest of them
+        plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         for receipt in receipts:
-            if (type(receipt) is bytes and len(receipt) == RECEIPT_BYTES and not t.heads
-                    and not t.rewind_vt):
-                _, _, _, seq, number = unpack_body(receipt)  # ReceiptCodec.claimed_lease
+            if plain and type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
+                seq, number = unpack_claim(receipt)  # ReceiptCodec.claimed_lease
                 lease = leases.get(seq)
-                if (lease is not None and lease.receipt is not None
-                        and compare_digest(lease.receipt, receipt) and lease.number == number
-                        and lease.state == LEASED and lease.due_ms > now and seq >= gone
-                        and seq < cursors[lease.lane]):
+                if (lease is not None and lease.number == number and lease.state == LEASED
+                        and lease.receipt is not None and compare_digest(lease.receipt, receipt)
+                        and lease.due_ms > now and seq >= gone and seq < cursors[lease.lane]):
                     del leases[seq]
                     batch = lease.batch
                     if batch is None:
@@ -247,7 +249,10 @@ class MessagingOps:
                         batch.states[bisect_left(batch.seqs, seq)] = ENDED_DELETED
                         if batch is not last:
                             last = touched[id(batch)] = batch
-                    drop((lease.due_ms, seq))
+                    if lease.due_ms != run_due:
+                        run_due = lease.due_ms
+                        run = due_seqs.setdefault(run_due, [])
+                    run.append(seq)
                     in_line += 1
                     append(None)
                     continue
@@ -258,8 +263,15 @@ class MessagingOps:
                 continue
             core._lease_dropped(q, t, seq, lease)
             append(None)
-        if dropped:
-            t.due_index.discard_all(dropped)
+            plain = not t.heads and not t.rewind_vt
+        if due_seqs:
+            t.due_index.discard_runs(due_seqs)
+            if not leases:
+                # Every entry of the two heaps names a lease no longer in memory, which their
+                # readers skip (``_raise_gone``, ``floors.tag_floor``): drop them at once
+                # rather than one pop each.
+                t.lease_heap.clear()
+                t.row_heap.clear()
         if last is not None:
             touched_out.extend(touched.values())
             key = last.key

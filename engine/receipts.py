@@ -23,6 +23,9 @@ _BODY = struct.Struct(">IIBQQ")
 pack_body = _BODY.pack
 #: ``unpack_body(receipt)``: (queue, tag, lane, seq, lease) a receipt claims, not verified.
 unpack_body = _BODY.unpack_from
+#: ``unpack_claim(receipt)``: (seq, lease) a receipt claims, not verified (the body's last two
+#: fields, read without the three before them).
+unpack_claim = struct.Struct(">9xQQ").unpack_from
 MAC_BYTES = 16
 RECEIPT_BYTES = _BODY.size + MAC_BYTES
 KEY_BYTES = 32
@@ -72,8 +75,7 @@ class ReceiptCodec:
     def claimed_lease(receipt: bytes) -> tuple[int, int]:
         """(seq, lease number) a receipt of ``RECEIPT_BYTES`` claims, not verified: to find
         the lease whose issued receipt it may equal (``Lease.receipt``)."""
-        _, _, _, seq, lease = _BODY.unpack_from(receipt)
-        return seq, lease
+        return unpack_claim(receipt)  # type: ignore[no-any-return]
 
     def open(self, receipt: object, queue: int, tag: int) -> tuple[int, int, int]:
         """Check a receipt for ``queue`` / ``tag`` -> (lane, seq, lease number).

@@ -49,6 +49,27 @@ def test_due_index_orders_pairs_by_due_then_seq(added, removed):
     assert len(index) == len(expected)
 
 
+small_pairs = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6)), max_size=30)
+
+
+@given(small_pairs, small_pairs, st.data())
+def test_due_index_discards_runs_of_seqs_by_due_as_pair_by_pair(added, removed, data):
+    index = DueIndex()
+    index.add_all(1, [0, 1, 2])  # a group made whole, as a receive of several makes it
+    for due, seq in added:
+        index.add(due, seq)
+    runs: dict[int, list[int]] = {}
+    for due, seq in dict.fromkeys(removed):  # a delete names each lease once
+        runs.setdefault(due, []).append(seq)
+    if data.draw(st.booleans()):  # the whole of some group, as a delete of a receive's batch
+        whole = data.draw(st.sampled_from(sorted(index.buckets)))
+        runs[whole] = sorted(set(runs.get(whole, [])) | {s for d, s in index if d == whole})
+    expected = sorted(set(index) - {(due, seq) for due, seqs in runs.items() for seq in seqs})
+    index.discard_runs(runs)
+    assert list(index) == expected
+    assert list(index.dues) == sorted({due for due, _ in expected})
+
+
 @given(pairs, st.integers(0, 2**48), st.integers(0, 2**48))
 def test_due_index_bounded_reads(added, low, high):
     index = DueIndex()
