@@ -81,25 +81,17 @@ class DueIndex:
 
     def discard_runs(self, due_seqs: dict[int, list[int]]) -> None:
         """``discard(due_ms, seq)`` for each seq of ``due_seqs[due_ms]`` (a delete's leases:
-        usually one receive's, sharing their due time). A group all of whose seqs go is
-        dropped whole."""
+        usually one receive's, sharing their due time)."""
         buckets = self.buckets
         for due_ms, seqs in due_seqs.items():
             bucket = buckets.get(due_ms)
             if bucket.__class__ is dict:
-                if len(bucket) > len(seqs):
-                    pop = bucket.pop  # type: ignore[union-attr]
-                    for seq in seqs:
-                        pop(seq, None)
-                    if bucket:
-                        continue
-                elif bucket.keys() != set(seqs):  # type: ignore[union-attr]
-                    for seq in seqs:
-                        self.discard(due_ms, seq)
+                pop = bucket.pop  # type: ignore[union-attr]
+                for seq in seqs:
+                    pop(seq, None)
+                if bucket:
                     continue
-            elif bucket is None or len(seqs) != 1 or bucket != seqs[0]:
-                for seq in seqs:  # a one-seq group (or none): of another seq, or of one of these
-                    self.discard(due_ms, seq)
+            elif bucket is None or bucket not in seqs:  # none, or a one-seq group of another
                 continue
             del buckets[due_ms]
             self.dues.remove(due_ms)

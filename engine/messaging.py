@@ -231,7 +231,8 @@ class MessagingOps:
         key = b""
         in_line = 0
         touched: dict[int, LeaseBatch] = {}  # the batch rows of deleted leases (usually one)
-        last: LeaseBatch | None = None  # the latest of them
+        last: LeaseBatch | None = None  # the latest of them, its states and seqs
+        states, batch_seqs = bytearray(), []
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         for receipt in receipts:
             if plain and type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
@@ -246,9 +247,10 @@ class MessagingOps:
                         key = lease_key(qid, tid, seq)
                         end((seq, key, lease))
                     else:  # its batch row is written once, below
-                        batch.states[bisect_left(batch.seqs, seq)] = ENDED_DELETED
                         if batch is not last:
                             last = touched[id(batch)] = batch
+                            states, batch_seqs = batch.states, batch.seqs
+                        states[bisect_left(batch_seqs, seq)] = ENDED_DELETED
                     if lease.due_ms != run_due:
                         run_due = lease.due_ms
                         run = due_seqs.setdefault(run_due, [])
