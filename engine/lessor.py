@@ -227,9 +227,10 @@ class Lessor:
 
     def _save_batch(self, lane: int, batch: LeaseBatch | None, seqs: list[int],
                     numbers: list[int]) -> None:
-        """Write the row of a batch of first leases made in line (``_never_delivered``) and
-        index their deadline. A lone lease (``batch`` None) is written as its plain
-        ``leases`` row: one row either way, and that one costs less to build."""
+        """Write the row of a batch of first leases made in line (``_never_delivered``), index
+        their deadline and put their seqs on the tag's heaps. A lone lease (``batch`` None)
+        is written as its plain ``leases`` row: one row either way, and that one costs less
+        to build."""
         t, store, due, now = self.t, self.store, self.due_ms, self.now
         if batch is None:
             seq = seqs[0]
@@ -245,6 +246,12 @@ class Lessor:
             t.due_index.add_all(due, seqs)
         store.written.append(key)  # names the queue, should the write fail
         self.batches += 1
+        for heap in (t.row_heap, t.lease_heap):
+            if heap:
+                for seq in seqs:
+                    heappush(heap, seq)
+            else:  # ascending seqs are a heap as they are
+                heap.extend(seqs)
 
     def _never_delivered(self) -> None:
         """Lane cursors, highest priority first; delayed records are stepped over.
@@ -258,7 +265,6 @@ class Lessor:
         out, count = self.out, self.count
         append, pack_body, keyed_copy = out.append, pack_body_, self.engine._receipts.keyed_copy
         qid, tid, due, now = q.id, t.id, self.due_ms, self.now
-        row_heap, lease_heap = t.row_heap, t.lease_heap
         for lane in q.lanes_used:
             if len(out) >= count or self.budget <= 0:
                 break
@@ -311,8 +317,6 @@ class Lessor:
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
                             seqs.append(seq)
                             numbers.append(number)
-                            heappush(row_heap, seq)
-                            heappush(lease_heap, seq)
                             append(Delivery(value[PREFIX_SIZE:], receipt, 1, now, due))
                         else:
                             self._lease(seq, lane, value, None)
