@@ -232,7 +232,7 @@ class MessagingOps:
         in_line = 0
         touched: dict[int, LeaseBatch] = {}  # the batch rows of deleted leases (usually one)
         last: LeaseBatch | None = None  # the latest of them, its states and seqs
-        states, batch_seqs = bytearray(), []
+        states, batch_seqs, first, dense = bytearray(), [], 0, False
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         for receipt in receipts:
             if plain and type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
@@ -250,7 +250,10 @@ class MessagingOps:
                         if batch is not last:
                             last = touched[id(batch)] = batch
                             states, batch_seqs = batch.states, batch.seqs
-                        states[bisect_left(batch_seqs, seq)] = ENDED_DELETED
+                            first = batch_seqs[0]  # dense seqs: an entry's index is its offset
+                            dense = batch_seqs[-1] - first == len(batch_seqs) - 1
+                        states[seq - first if dense else bisect_left(batch_seqs, seq)] = \
+                            ENDED_DELETED
                     if lease.due_ms != run_due:
                         run_due = lease.due_ms
                         run = due_seqs.setdefault(run_due, [])

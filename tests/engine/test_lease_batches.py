@@ -188,3 +188,30 @@ def test_a_batch_whose_delete_passes_gone_seq_is_not_written_again_and_stays_del
             again.close()
     with Snapshot(tmp_path / "killed") as snapshot:
         assert not verify(snapshot).findings
+
+
+def test_deletes_in_a_batch_of_sparse_seqs_mark_their_own_entries(open_engine, clock):
+    """A lane's seqs interleave with another lane's: its batch row's seqs have gaps, and a
+    delete finds each entry by its seq, not by its offset from the first."""
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [{1: b"h%d" % i, 4: 1} if i % 3 == 0 else b"m%d" % i for i in range(24)])
+    high = engine.receive("q", max=8)  # lane 1: seqs 0, 3, 6 ...
+    held = engine.receive("q", max=16)  # lane 8: seqs 1, 2, 4, 5, 7 ...
+    assert [d.body for d in high] == [b"h%d" % i for i in range(0, 24, 3)]
+    assert [d.body for d in held] == [b"m%d" % i for i in range(24) if i % 3]
+    assert engine.delete("q", [held[i].receipt for i in (5, 2, 9)]) == [None] * 3
+    assert engine.delete("q", [high[i].receipt for i in (1, 7)]) == [None] * 2
+    engine.close()
+    clock.advance(10_000)
+    engine = open_engine()
+    deleted = {5, 2, 9}
+    assert states(engine, held) == [("deleted" if i in deleted else "inflight", 1)
+                                    for i in range(16)]
+    assert states(engine, high) == [("deleted" if i in (1, 7) else "inflight", 1)
+                                    for i in range(8)]
+    clock.advance(21_000)
+    again = engine.receive("q", max=24)
+    assert sorted(d.body for d in again) == sorted(
+        [d.body for i, d in enumerate(held) if i not in deleted]
+        + [d.body for i, d in enumerate(high) if i not in (1, 7)])
