@@ -86,7 +86,7 @@ class DueIndex:
         for due_ms, seqs in due_seqs.items():
             bucket = buckets.get(due_ms)
             if bucket.__class__ is dict:
-                pop = bucket.pop  # type: ignore[union-attr]
+                pop = bucket.pop
                 for seq in seqs:
                     pop(seq, None)
                 if bucket:

@@ -75,7 +75,7 @@ class ReceiptCodec:
     def claimed_lease(receipt: bytes) -> tuple[int, int]:
         """(seq, lease number) a receipt of ``RECEIPT_BYTES`` claims, not verified: to find
         the lease whose issued receipt it may equal (``Lease.receipt``)."""
-        return unpack_claim(receipt)  # type: ignore[no-any-return]
+        return unpack_claim(receipt)
 
     def open(self, receipt: object, queue: int, tag: int) -> tuple[int, int, int]:
         """Check a receipt for ``queue`` / ``tag`` -> (lane, seq, lease number).
