@@ -45,6 +45,71 @@ def nothing_to_deliver(q: QueueState, t: TagState, now: int) -> bool:
     return True
 
 
+def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
+                visibility_ms: int) -> Delivery | None:
+    """A receive of one, done as ``Lessor.run`` does it, in the commonest case: one lane, no
+    deadline nor delay end due, the tag's row not to be written, and the cursor's record a
+    plain first delivery (no topic, no delay, in a scope without filter). None, having
+    changed nothing, in any other case: the caller takes the general path."""
+    if (t.min_due_ms <= now or t.delay_hint <= now or t.lease_counter >= t.counter_ceiling
+            or len(q.lanes_used) != 1 or t.filter is not None):
+        return None
+    lane = q.lanes_used[0]
+    tail, cursors, start_seq = q.lane_tail[lane], t.cursors, t.start_seq
+    seq = max(cursors[lane], q.gone_seq, start_seq)
+    if seq > tail:
+        return None
+    store, qid, leases, start_ms = engine._store, q.id, t.leases, t.start_ms
+    log, last = store.log, store.last_record
+    key = keys.log_key(qid, lane, seq)
+    value = last[1] if last[0] == key else log.get(key)
+    if value is None:
+        return None
+    last[0], last[1] = key, value
+    enqueue_ms, visible_ms, topic_id, _ = PREFIX.unpack_from(value)
+    if (visible_ms != enqueue_ms or topic_id != 0 or enqueue_ms < start_ms
+            or seq in leases):
+        return None
+    # ``_never_delivered``'s in-line first lease and ``_save_batch`` of a lone lease.
+    number = t.lease_counter
+    t.lease_counter = number + 1
+    due = now + visibility_ms
+    body = pack_body_(qid, t.id, lane, seq, number)
+    mac = engine._receipts.keyed_copy()
+    mac.update(body)
+    receipt = body + mac.digest()
+    leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, None)
+    lease_key = keys.lease_key(qid, t.id, seq)
+    store.batch.put(lease_key, Lease.pack(LEASED, lane, due, 1, now, number), store.leases_h)
+    t.due_index.add(due, seq)
+    store.written.append(lease_key)
+    for heap in (t.row_heap, t.lease_heap):
+        if heap:
+            heappush(heap, seq)
+        else:
+            heap.append(seq)
+    # Where the cursor rests: the next record a cursor has to do with (``_skip_settled``).
+    cursor = seq + 1
+    if cursor > tail:
+        cursor = tail + 1
+    else:
+        key = keys.log_key(qid, lane, cursor)
+        after = log.get(key)
+        if after is not None:
+            last[0], last[1] = key, after
+            enqueue_ms, visible_ms, _, _ = PREFIX.unpack_from(after)
+        if after is None or not (visible_ms == enqueue_ms and cursor not in leases
+                                 and enqueue_ms >= start_ms):
+            walk = LaneWalk(log, qid, lane, cursor, tail, last)
+            cursor = engine._skip_settled(t, walk, tail)
+    if cursor != cursors[lane]:
+        cursors[lane] = cursor
+        t.row_behind = True
+    store.pending += 1
+    engine._deadlines.watch_lease_due(q, t, due)
+    return Delivery(value[PREFIX_SIZE:], receipt, 1, now, due)
+
+
 class Lessor:
     """One receive: walks the sources in delivery order and leases what it may return.
 

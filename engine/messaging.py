@@ -27,7 +27,7 @@ from . import keys
 from .core import EngineCore
 from .counters import DELETED
 from .leasebatch import LeaseBatch
-from .lessor import Lessor, nothing_to_deliver
+from .lessor import Lessor, lease_first, nothing_to_deliver
 from .errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -90,18 +90,21 @@ class MessagingOps:
             if nothing_to_deliver(q, t, now):
                 core._settle(q, now)
                 return []
-            lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
-            deliveries = lessor.run()
+            first = lease_first(core, q, t, now, visibility_ms) if count == 1 else None
+            if first is not None:  # the commonest receive of one, as the Lessor would do it
+                deliveries, rows, in_line = [first], 1, True
+            else:
+                lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
+                deliveries, rows, in_line = lessor.run(), lessor.rows, lessor.first_in_line
             if deliveries:
                 counters = core._counters
                 held = counters.received(q.id, t.id, len(deliveries),
-                                         sum([len(d.record) for d in deliveries]),
-                                         lessor.first_in_line)
+                                         sum([len(d.record) for d in deliveries]), in_line)
                 core._settle(q, now)
-                if held and core._store.pending == lessor.rows:
+                if held and core._store.pending == rows:
                     # The batch holds this receive's lease rows alone (and perhaps the tag's
                     # row): the figures held back can be found again from them at open.
-                    counters.held_batch = lessor.rows
+                    counters.held_batch = rows
                 return deliveries
             core._settle(q, now)
             return deliveries
