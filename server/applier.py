@@ -32,7 +32,7 @@ from lamina.engine.errors import (
 from lamina.wire.protocol import Request
 
 from .bugs import internal_error
-from .dispatch import Answer, Continuation, MapAnswer, apply_operation, check_request
+from .dispatch import Answer, Continuation, MapAnswer, check_request
 from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
@@ -542,22 +542,23 @@ class GroupApplier:
             operation = check_request(op, args)
             caller = self.caller_of(connection) if self.auth_required else None
             queue = args.get("queue")
+            run = operation.run
             if op == "receive":
                 received = self.receives.attempt(connection, request, caller, started)
                 if received is None:
                     return None  # waiting
                 answer = received
-            elif op == "ping":
-                answer = MapAnswer({"time": self.clock()})
-            elif op == "server_info":
-                answer = MapAnswer(self._server_info())
-            elif op == "auth":
-                raise InvalidArgument("key", "this connection is already authenticated"
-                                      if self.auth_required
-                                      else "this server does not use authentication")
-            else:
-                result = apply_operation(operation, self.engine, args, caller, request.id,
-                                         self.max_frame_bytes)
+            elif run is None:  # answered by the server itself
+                if op == "ping":
+                    answer = MapAnswer({"time": self.clock()})
+                elif op == "server_info":
+                    answer = MapAnswer(self._server_info())
+                else:
+                    raise InvalidArgument("key", "this connection is already authenticated"
+                                          if self.auth_required
+                                          else "this server does not use authentication")
+            else:  # dispatch.apply_operation in line: its failures are those caught below
+                result = run(self.engine, args, caller, request.id, self.max_frame_bytes)
                 if isinstance(result, Continuation):  # long work: its next chunks come later
                     self.long_work.start(connection, request.id, op, started, result)
                     if self._applier_idle and self._inbox_send is not None:
