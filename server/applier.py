@@ -32,7 +32,7 @@ from lamina.engine.errors import (
 from lamina.wire.protocol import Request
 
 from .bugs import internal_error
-from .dispatch import Answer, Continuation, MapAnswer, apply_operation, check_request
+from .dispatch import Answer, Continuation, MapAnswer, check_request
 from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
@@ -210,6 +210,8 @@ class GroupApplier:
         group, applied and answered here without a Work or a group's bookkeeping unless more
         is to do (--fsync, due deadlines, a wait ended, or more than the lone wait begun or
         the waiters woken that this path answers itself: a group as any)."""
+        if len(requests) == 1:
+            return self.apply_lone_now(requester, requests[0], started)
         if not self._applier_idle:
             return False
         deadline = self.deadline_ms
@@ -221,13 +223,6 @@ class GroupApplier:
         answers: list[Answer] = []
         for request in requests:
             answer = self._answer_of(requester, request, started, replies)
-            if answer is None and len(requests) == 1 and not (replies or self.waiting.any_due):
-                deadline = self.deadline_ms  # a lone wait began (or long work): no replies
-                if deadline is None or deadline > self.clock():
-                    self.groups += 1
-                    self._set_deadline()
-                    self.metrics.observe_group(1, time.perf_counter() - started)
-                    return True
             if answer is not None and self.waiting.any_due and not (answers or replies):
                 # The first request of the read woke waiters (the answers of requests before
                 # it would go out before theirs; due deadlines run first: a group for both).
@@ -244,14 +239,6 @@ class GroupApplier:
             return True
         self.groups += 1
         metrics = self.metrics
-        if len(requests) == 1:
-            request, answer = requests[0], answers[0]
-            requester.answer(request.id, answer)
-            metrics.observe_alone(request.op, answer.code if isinstance(answer, LaminaError)
-                                  else "ok", time.perf_counter() - started)
-            if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
-                self._set_deadline()
-            return True
         frames = [requester.encode_answer(request.id, answer)
                   for request, answer in zip(requests, answers)]
         requester.send_frames([frame for frame in frames if frame is not None])
@@ -260,6 +247,49 @@ class GroupApplier:
             metrics.observe(request.op, outcome(answer), seconds)
         metrics.observe_group(len(requests), seconds)
         self._set_deadline()
+        return True
+
+    def apply_lone_now(self, requester: Requester, request: Request, started: float) -> bool:
+        """``apply_requests_now`` of a read of one request (the commonest: a client awaiting
+        each answer), the same steps without the loop over the read's requests."""
+        if not self._applier_idle:
+            return False
+        waiting = self.waiting
+        deadline = self.deadline_ms
+        if (self.engine.fsync or waiting.any_due
+                or (deadline is not None and deadline <= self.clock())):
+            self._commit_group((Work(requester, [request], 0, started),), 1)
+            return True
+        replies: list[Reply] = []  # waits ended by the request, which make it a group
+        answer = self._answer_of(requester, request, started, replies)
+        if answer is None:  # a lone wait began (or long work)
+            if not (replies or waiting.any_due):
+                deadline = self.deadline_ms
+                if deadline is None or deadline > self.clock():
+                    self.groups += 1
+                    self._set_deadline()
+                    self.metrics.observe_group(1, time.perf_counter() - started)
+                    return True
+            self._finish_as_group(requester, [request], [], None, replies, started)
+            return True
+        if replies or waiting.any_due:
+            if not replies:  # it woke waiters: they are answered first, here (_answer_woken)
+                deadline = self.deadline_ms
+                if deadline is None or deadline > self.clock():
+                    answer = self._answer_woken(answer)
+            if replies or waiting.any_due:
+                self._finish_as_group(requester, [request], [], answer, replies, started)
+                return True
+        deadline = self.deadline_ms
+        if deadline is not None and deadline <= self.clock():
+            self._finish_as_group(requester, [request], [answer], None, [], started, done=True)
+            return True
+        self.groups += 1
+        requester.answer(request.id, answer)
+        self.metrics.observe_alone(request.op, answer.code if isinstance(answer, LaminaError)
+                                   else "ok", time.perf_counter() - started)
+        if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
+            self._set_deadline()
         return True
 
     def _answer_woken(self, answer: Answer) -> Answer:
@@ -512,22 +542,23 @@ class GroupApplier:
             operation = check_request(op, args)
             caller = self.caller_of(connection) if self.auth_required else None
             queue = args.get("queue")
+            run = operation.run
             if op == "receive":
                 received = self.receives.attempt(connection, request, caller, started)
                 if received is None:
                     return None  # waiting
                 answer = received
-            elif op == "ping":
-                answer = MapAnswer({"time": self.clock()})
-            elif op == "server_info":
-                answer = MapAnswer(self._server_info())
-            elif op == "auth":
-                raise InvalidArgument("key", "this connection is already authenticated"
-                                      if self.auth_required
-                                      else "this server does not use authentication")
-            else:
-                result = apply_operation(operation, self.engine, args, caller, request.id,
-                                         self.max_frame_bytes)
+            elif run is None:  # answered by the server itself
+                if op == "ping":
+                    answer = MapAnswer({"time": self.clock()})
+                elif op == "server_info":
+                    answer = MapAnswer(self._server_info())
+                else:
+                    raise InvalidArgument("key", "this connection is already authenticated"
+                                          if self.auth_required
+                                          else "this server does not use authentication")
+            else:  # dispatch.apply_operation in line: its failures are those caught below
+                result = run(self.engine, args, caller, request.id, self.max_frame_bytes)
                 if isinstance(result, Continuation):  # long work: its next chunks come later
                     self.long_work.start(connection, request.id, op, started, result)
                     if self._applier_idle and self._inbox_send is not None:

@@ -411,37 +411,40 @@ class Connection:
             events = proto.receive_data(b"")
 
     def _answered_now(self, events: list[Any], started: float) -> bool:
-        """The usual read of a client awaiting its answers: a few requests after auth, applied
-        and answered now (``Applier.apply_requests_now``) with no Work and no task switch.
-        False: not such a read, or the applier is busy (nothing is reserved then)."""
+        """A read of a few requests after auth, answered now (``Applier.apply_lone_now``, ...):
+        no Work, no task switch. False: not such a read, or the applier busy (nothing reserved)."""
         if self.proto.pre_auth:
             return False
+        applier, outbox = self.applier, self.outbox
         if len(events) == 1:  # the commonest: one request
             request = events[0]
             if type(request) is not Request:
                 return False
             if request.op not in BOUNDED_ANSWER_OPS:
-                return self.applier.apply_requests_now(self, events, started)
-            reserved = self.outbox.reserve(
-                request.id, answer_bound_bytes(request, self.limits.max_frame_bytes))
-        else:
-            if len(events) > REQUEST_SLICE:
+                return applier.apply_lone_now(self, request, started)
+            if not outbox.reserve(  # rule 3, as in _handle
+                    request.id, answer_bound_bytes(request, self.limits.max_frame_bytes)):
                 return False
-            bounded = False
-            for request in events:
-                if type(request) is not Request:
-                    return False
-                if request.op in BOUNDED_ANSWER_OPS:
-                    bounded = True
-            if not bounded:
-                return self.applier.apply_requests_now(self, events, started)
-            reserved = self.outbox.reserve_all(events, self.limits.max_frame_bytes)
-        if not reserved:  # rule 3, as in _handle
+            if applier.apply_lone_now(self, request, started):
+                return True
+            outbox.release(request.id)
             return False
-        if self.applier.apply_requests_now(self, events, started):
+        if len(events) > REQUEST_SLICE:
+            return False
+        bounded = False
+        for request in events:
+            if type(request) is not Request:
+                return False
+            if request.op in BOUNDED_ANSWER_OPS:
+                bounded = True
+        if not bounded:
+            return applier.apply_requests_now(self, events, started)
+        if not outbox.reserve_all(events, self.limits.max_frame_bytes):
+            return False
+        if applier.apply_requests_now(self, events, started):
             return True
         for request in events:
-            self.outbox.release(request.id)
+            outbox.release(request.id)
         return False
 
     async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],

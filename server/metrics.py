@@ -73,9 +73,12 @@ class _Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
-    def family_samples(self) -> tuple[list[tuple[str, float]], float]:
-        """Cumulative ``(le, count)`` buckets and the sum, as prometheus expects them."""
+    def family_samples(self, ones: int = 0) -> tuple[list[tuple[str, float]], float]:
+        """Cumulative ``(le, count)`` buckets and the sum, as prometheus expects them, with
+        ``ones`` observations of 1 counted elsewhere (bounds beginning at 1)."""
         counts, total = list(self.counts), self.total  # list() of ints: atomic under the GIL
+        counts[0] += ones
+        total += ones
         buckets: list[tuple[str, float]] = []
         running = 0
         for bound, count in zip((*self.bounds, float("inf")), counts):
@@ -104,12 +107,12 @@ class _HotCollector:
             buckets, total = histogram.family_samples()
             latency.add_metric([op], buckets, total)
         yield latency
-        for name, documentation, histogram in (
+        for name, documentation, histogram, ones in (
                 ("lamina_group_commit_requests", "Requests applied per group commit",
-                 metrics.group_requests),
+                 metrics.group_requests, metrics.lone_groups),
                 ("lamina_group_commit_seconds", "Apply and WAL sync time of one group commit",
-                 metrics.group_seconds)):
-            buckets, total = histogram.family_samples()
+                 metrics.group_seconds, 0)):
+            buckets, total = histogram.family_samples(ones)
             yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=total)
 
 
@@ -122,6 +125,8 @@ class ServerMetrics:
         self.request_counts: dict[tuple[str, str], int] = {}
         self.latency: dict[str, _Histogram] = {}
         self.group_requests = _Histogram(_GROUP_BUCKETS)
+        #: Groups of one request counted by ``observe_alone``, not yet in ``group_requests``.
+        self.lone_groups = 0
         self.group_seconds = _Histogram(_LATENCY_BUCKETS)
         registry.register(_HotCollector(self))
         self.connections = Gauge("lamina_connections", "Open connections", registry=registry)
@@ -170,9 +175,7 @@ class ServerMetrics:
         group = self.group_seconds
         group.counts[index] += 1
         group.total += seconds
-        group = self.group_requests
-        group.counts[0] += 1  # its bounds begin at 1
-        group.total += 1
+        self.lone_groups += 1  # a group of one: group_requests' first bucket when scraped
 
     def _new_series(self, op: str, outcome: str) -> _Histogram:
         """Count one request of a new (op, outcome); -> the latency histogram of ``op``."""

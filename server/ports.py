@@ -74,6 +74,9 @@ class Applier(Protocol):
         """``apply_now`` of ``Work(requester, requests, _, started)``, the requests of one
         read, answered at once when nothing else is due."""
 
+    def apply_lone_now(self, requester: Requester, request: Request, started: float) -> bool:
+        """``apply_requests_now`` of a read of one request."""
+
     def try_enqueue(self, inbox: trio.MemorySendChannel[Any], item: Any) -> bool:
         """Queue ``item`` unless the inbox is full (-> False)."""
 

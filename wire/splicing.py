@@ -74,6 +74,8 @@ _NULL = cbor2.dumps(None)
 _MESSAGES_KEY = cbor2.dumps("messages")
 _NEXT_KEY = cbor2.dumps("next")
 _STATE_TEXTS = {state: cbor2.dumps(state) for state in PEEK_STATES}
+#: A receive response's fixed bytes: ``[``, ``null``, ``{"messages":`` (its id and count vary).
+_RECEIVE_ENVELOPE_BYTES = len(_ARRAY_OF_3) + len(_NULL) + len(_MAP_OF_1) + len(_MESSAGES_KEY)
 
 
 def delivery_size(delivery: Deliverable) -> int:
@@ -87,8 +89,7 @@ def delivery_size(delivery: Deliverable) -> int:
 def receive_response_overhead(request_id: int, count: int) -> int:
     """Bytes of a receive response body besides its ``count`` deliveries (no length prefix):
     body length = this + sum of :func:`delivery_size`, which must stay <= max_frame."""
-    return (len(_ARRAY_OF_3) + int_size(request_id) + len(_NULL) + len(_MAP_OF_1)
-            + len(_MESSAGES_KEY) + head_size(count))
+    return _RECEIVE_ENVELOPE_BYTES + int_size(request_id) + head_size(count)
 
 
 #: Batches of at least this many entries are assembled column-wise when they allow it (one

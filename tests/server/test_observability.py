@@ -107,3 +107,20 @@ async def test_server_logs_start_and_stop(tmp_path: Path) -> None:
         logger.setLevel(old_level)
     events = [json.loads(line).get("event") for line in stream.getvalue().splitlines()]
     assert events[0] == "start" and events[-1] == "stop"
+
+
+async def test_lone_requests_count_as_group_commits_of_one_in_the_group_histogram(
+        tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=3600) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.ping()
+            before = await trio.to_thread.run_sync(scrape, server.metrics_port)
+            for _ in range(10):
+                await client.ping()
+            after = await trio.to_thread.run_sync(scrape, server.metrics_port)
+    for name in ('lamina_group_commit_requests_bucket{le="1.0"}',
+                 'lamina_group_commit_requests_bucket{le="2.0"}',
+                 'lamina_group_commit_requests_bucket{le="+Inf"}',
+                 "lamina_group_commit_requests_count", "lamina_group_commit_requests_sum",
+                 "lamina_group_commit_seconds_count", 'lamina_requests_total{op="ping"'):
+        assert sample(after, name) - sample(before, name) == 10, name
