@@ -116,3 +116,15 @@ def test_a_receive_of_one_answers_and_stores_the_same_on_either_path(tmp_path, s
     fast, general, _ = both_paths(tmp_path, scenario)
     assert fast[0] == general[0]  # answers, stats included
     assert fast[1] == general[1]  # every row of every column family
+
+
+def test_the_receive_that_reaches_the_lease_counters_ceiling_writes_the_tags_row_on_either_path(
+        tmp_path):
+    # The stored lease counter is a ceiling 4,096 ahead (docs/STORAGE.md): the receive whose
+    # lease number reaches it must write the tag's row, which only the general path does.
+    scenario: list[tuple[str, Any]] = [("send", [b"plain"] * 3)]
+    for _ in range(4_100):
+        scenario += [("receive", None), ("delete", 0), ("send", [b"plain"])]
+    fast, general, taken = both_paths(tmp_path, scenario)
+    assert 4_090 < taken < 4_100  # the first receive and the one at the ceiling go the general way
+    assert fast == general
