@@ -45,6 +45,21 @@ def nothing_to_deliver(q: QueueState, t: TagState, now: int) -> bool:
     return True
 
 
+def save_lone_lease(store: Store, qid: int, t: TagState, lane: int, seq: int, due: int,
+                    now: int, number: int) -> None:
+    """Write a lone first lease made in line as its plain ``leases`` row, index its deadline
+    and put its seq on the tag's heaps (``Lessor._save_batch`` of a batch of one)."""
+    key = keys.lease_key(qid, t.id, seq)
+    store.batch.put(key, Lease.pack(LEASED, lane, due, 1, now, number), store.leases_h)
+    store.written.append(key)  # names the queue, should the write fail
+    t.due_index.add(due, seq)
+    for heap in (t.row_heap, t.lease_heap):
+        if heap:
+            heappush(heap, seq)
+        else:
+            heap.append(seq)
+
+
 def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
                 visibility_ms: int) -> Delivery | None:
     """A receive of one, done as ``Lessor.run`` does it, in the commonest case: one lane, no
@@ -79,15 +94,7 @@ def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
     mac.update(body)
     receipt = body + mac.digest()
     leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, None)
-    lease_key = keys.lease_key(qid, t.id, seq)
-    store.batch.put(lease_key, Lease.pack(LEASED, lane, due, 1, now, number), store.leases_h)
-    t.due_index.add(due, seq)
-    store.written.append(lease_key)
-    for heap in (t.row_heap, t.lease_heap):
-        if heap:
-            heappush(heap, seq)
-        else:
-            heap.append(seq)
+    save_lone_lease(store, qid, t, lane, seq, due, now, number)
     # Where the cursor rests: the next record a cursor has to do with (``_skip_settled``).
     cursor = seq + 1
     if cursor > tail:
@@ -297,20 +304,16 @@ class Lessor:
         is written as its plain ``leases`` row: one row either way, and that one costs less
         to build."""
         t, store, due, now = self.t, self.store, self.due_ms, self.now
-        if batch is None:
-            seq = seqs[0]
-            key = keys.lease_key(self.q.id, t.id, seq)
-            store.batch.put(key, Lease.pack(LEASED, lane, due, 1, now, numbers[0]),
-                            store.leases_h)
-            t.due_index.add(due, seq)
-        else:
-            key = batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
-            batch.head = encode_head(due, now, seqs, numbers)
-            batch.states = bytearray(LEASED_STATES * len(seqs))
-            store.batch.put(key, batch.row(), store.leasebatches_h)
-            t.due_index.add_all(due, seqs)
-        store.written.append(key)  # names the queue, should the write fail
         self.batches += 1
+        if batch is None:
+            save_lone_lease(store, self.q.id, t, lane, seqs[0], due, now, numbers[0])
+            return
+        key = batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
+        batch.head = encode_head(due, now, seqs, numbers)
+        batch.states = bytearray(LEASED_STATES * len(seqs))
+        store.batch.put(key, batch.row(), store.leasebatches_h)
+        t.due_index.add_all(due, seqs)
+        store.written.append(key)  # names the queue, should the write fail
         for heap in (t.row_heap, t.lease_heap):
             if heap:
                 for seq in seqs:

@@ -214,9 +214,7 @@ class GroupApplier:
             return self.apply_lone_now(requester, requests[0], started)
         if not self._applier_idle:
             return False
-        deadline = self.deadline_ms
-        if (self.engine.fsync or self.waiting.any_due
-                or (deadline is not None and deadline <= self.clock())):
+        if self.engine.fsync or self.waiting.any_due or self._deadline_passed():
             self._commit_group((Work(requester, requests, 0, started),), len(requests))
             return True
         replies: list[Reply] = []  # waits ended by a request, which make it a group
@@ -226,15 +224,13 @@ class GroupApplier:
             if answer is not None and self.waiting.any_due and not (answers or replies):
                 # The first request of the read woke waiters (the answers of requests before
                 # it would go out before theirs; due deadlines run first: a group for both).
-                deadline = self.deadline_ms
-                if deadline is None or deadline > self.clock():
+                if not self._deadline_passed():
                     answer = self._answer_woken(answer)
             if answer is None or replies or self.waiting.any_due:
                 self._finish_as_group(requester, requests, answers, answer, replies, started)
                 return True
             answers.append(answer)
-        deadline = self.deadline_ms
-        if deadline is not None and deadline <= self.clock():
+        if self._deadline_passed():
             self._finish_as_group(requester, requests, answers, None, [], started, done=True)
             return True
         self.groups += 1
@@ -255,17 +251,14 @@ class GroupApplier:
         if not self._applier_idle:
             return False
         waiting = self.waiting
-        deadline = self.deadline_ms
-        if (self.engine.fsync or waiting.any_due
-                or (deadline is not None and deadline <= self.clock())):
+        if self.engine.fsync or waiting.any_due or self._deadline_passed():
             self._commit_group((Work(requester, [request], 0, started),), 1)
             return True
         replies: list[Reply] = []  # waits ended by the request, which make it a group
         answer = self._answer_of(requester, request, started, replies)
         if answer is None:  # a lone wait began (or long work)
             if not (replies or waiting.any_due):
-                deadline = self.deadline_ms
-                if deadline is None or deadline > self.clock():
+                if not self._deadline_passed():
                     self.groups += 1
                     self._set_deadline()
                     self.metrics.observe_group(1, time.perf_counter() - started)
@@ -274,14 +267,12 @@ class GroupApplier:
             return True
         if replies or waiting.any_due:
             if not replies:  # it woke waiters: they are answered first, here (_answer_woken)
-                deadline = self.deadline_ms
-                if deadline is None or deadline > self.clock():
+                if not self._deadline_passed():
                     answer = self._answer_woken(answer)
             if replies or waiting.any_due:
                 self._finish_as_group(requester, [request], [], answer, replies, started)
                 return True
-        deadline = self.deadline_ms
-        if deadline is not None and deadline <= self.clock():
+        if self._deadline_passed():
             self._finish_as_group(requester, [request], [answer], None, [], started, done=True)
             return True
         self.groups += 1
@@ -291,6 +282,11 @@ class GroupApplier:
         if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
             self._set_deadline()
         return True
+
+    def _deadline_passed(self) -> bool:
+        """Whether the engine's next deadline (moved by each operation) is due now."""
+        deadline = self.deadline_ms
+        return deadline is not None and deadline <= self.clock()
 
     def _answer_woken(self, answer: Answer) -> Answer:
         """Without --fsync, the first request of a read answered now made waiters' tags due
