@@ -87,26 +87,23 @@ class MessagingOps:
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
             core._advance(q, now)
-            if nothing_to_deliver(q, t, now):
-                core._settle(q, now)
-                return []
-            first = lease_first(core, q, t, now, visibility_ms) if count == 1 else None
-            if first is not None:  # the commonest receive of one, as the Lessor would do it
-                deliveries, rows, in_line = [first], 1, True
-            else:
-                lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
-                deliveries, rows, in_line = lessor.run(), lessor.rows, lessor.first_in_line
-            if deliveries:
-                counters = core._counters
-                held = counters.received(q.id, t.id, len(deliveries),
-                                         sum([len(d.record) for d in deliveries]), in_line)
-                core._settle(q, now)
-                if held and core._store.pending == rows:
-                    # The batch holds this receive's lease rows alone (and perhaps the tag's
-                    # row): the figures held back can be found again from them at open.
-                    counters.held_batch = rows
-                return deliveries
+            deliveries: list[Delivery] = []
+            rows, in_line = 0, False
+            if not nothing_to_deliver(q, t, now):
+                first = lease_first(core, q, t, now, visibility_ms) if count == 1 else None
+                if first is not None:  # the commonest receive of one, as the Lessor does it
+                    deliveries, rows, in_line = [first], 1, True
+                else:
+                    lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
+                    deliveries, rows, in_line = lessor.run(), lessor.rows, lessor.first_in_line
+            counters = core._counters
+            held = bool(deliveries) and counters.received(
+                q.id, t.id, len(deliveries), sum([len(d.record) for d in deliveries]), in_line)
             core._settle(q, now)
+            if held and core._store.pending == rows:
+                # The batch holds this receive's lease rows alone (and perhaps the tag's row):
+                # the figures held back can be found again from them at open.
+                counters.held_batch = rows
             return deliveries
 
     # -- delete / change_visibility ----------------------------------------------------------
