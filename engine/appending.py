@@ -15,8 +15,9 @@ from . import keys
 from .counters import BYTES_IN, SENT, Counters
 from .deadlines import Deadlines
 from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
-from .records import PREFIX, cbor_head, cbor_uint, encode_record, message_id, parse_message_id
-from .results import Sent
+from .records import (PREFIX, PREFIX_SIZE, cbor_head, cbor_uint, encode_record, message_id,
+                      parse_message_id)
+from .results import Sent, SentBatch
 from .scope import filter_matches
 from .state import DAY_MS, QueueState, Segment, TagState
 from .store import Store
@@ -35,6 +36,9 @@ from .validation import (
 )
 
 _SEND_KEYS = frozenset((1, 2, 3, 4, 5))
+#: A send of this many messages or more, all plain, takes ``Appender._append_plain``; below,
+#: its fixed cost (about 2 µs) outweighs what it saves per message (measured).
+PLAIN_RUN_FROM = 4
 
 
 class _Entry:
@@ -179,7 +183,19 @@ class Appender:
         written = bytes_in = refused = 0
         next_topic_id = q.next_topic_id
         first_seq = q.next_seq  # that of the first message appended, if any
-        for index, raw in enumerate(messages):
+        plain_run = (self._plain_run(messages, max_size)
+                     if plain_ok and PLAIN_RUN_FROM <= len(messages) <= capacity else None)
+        if plain_run is not None:  # every message plain: written and counted as one run
+            results, segment, written, bytes_in = self._append_plain(
+                q, messages, plain_run, now, segment, plain_prefix, plain_tail)
+            lane = DEFAULT_PRIORITY
+            if tails[lane] < 0:
+                q.lanes_used.append(lane)
+                q.lanes_used.sort()
+            first_in_lane[lane] = first_ready[lane] = first_seq
+            old_tails[lane] = tails[lane]
+            tails[lane] = q.next_seq - 1
+        for index, raw in enumerate(messages if plain_run is None else ()):
             if capacity <= 0 and type(raw) is not _Entry:
                 append(QueueFull(f"messages[{index}]: queue {q.name!r} retains max_messages "
                                  f"{q.attributes['max_messages']}"))
@@ -236,13 +252,9 @@ class Appender:
                 first_ready[lane] = seq
             if (segment is None or segment.count >= max_count or segment.size_bytes >= max_bytes
                     or now >= segment_end_ms):
-                if segment is not None:  # sealed: its row is final
-                    batch_put(keys.segment_key(qid, segment.first_seq), segment.encode_saved(),
-                              store.segments_h)
-                    written += 1
-                segment = Segment(seq, seq, now, now, 0, 0)
+                written += self._open_segment(q, segment, seq, now)
+                segment = q.segments[-1]
                 segment_end_ms = now + context.segment_max_age_ms
-                q.segments.append(segment)
             segment.last_seq = seq
             segment.last_ms = now
             segment.count += 1
@@ -295,6 +307,81 @@ class Appender:
                 context._persist_watermarks(q)
             context._notify(q)
         return results
+
+    @staticmethod
+    def _plain_run(messages: list[Any], max_size: int) -> list[int] | None:
+        """The body sizes when every message is plain (a bytes body of 1 to ``max_size``
+        bytes), else None."""
+        sizes = [len(raw) if type(raw) is bytes else 0 for raw in messages]
+        return sizes if 0 < min(sizes) and max(sizes) <= max_size else None
+
+    def _append_plain(self, q: QueueState, messages: list[bytes], sizes: list[int], now: int,
+                      segment: Segment | None, plain_prefix: bytes, plain_tail: bytes
+                      ) -> tuple[list[Sent | LaminaError], Segment, int, int]:
+        """``append``'s loop for a batch of plain messages, all accepted, in one lane: the
+        same rows as message by message, each step done for the whole batch (keys from one
+        packed lane prefix, one body head for bodies of one size, the segment counted once
+        when the batch fits in it). -> (results, open segment, rows written, body bytes)."""
+        context = self._context
+        store = context._store
+        qid = q.id
+        seq = first = q.next_seq
+        results = SentBatch.empty(now)
+        add_result, add_id, add_digest = results.append, results.ids.append, results.digests.append
+        md5_of = hashlib.md5
+        id_format = b"%08x%%016x7" % qid  # PROTOCOL.md's id: queue, seq, lane - 1
+        lead = plain_prefix + b"\x89\x78\x19"  # the record's array head, the id's head
+        tail = b"\xf6"
+        key_prefix = keys.log_lane_prefix(qid, DEFAULT_PRIORITY)
+        batch_put, log_h = store.batch.put, store.log_h
+        uniform = sizes.count(sizes[0]) == len(sizes)
+        head = cbor_head(2, sizes[0])
+        total = 0
+        for raw in messages:
+            md5 = md5_of(raw).digest()
+            msg_id = id_format % seq
+            value = b"".join((lead, msg_id, head if uniform else cbor_head(2, len(raw)), raw,
+                              plain_tail, md5, tail))
+            batch_put(key_prefix + seq.to_bytes(8, "big"), value, log_h)
+            total += len(value)
+            add_result(Sent(msg_id.decode(), now, md5))
+            add_id(msg_id)
+            add_digest(md5)
+            seq += 1
+        q.next_seq = seq
+        written = count = len(messages)
+        total -= count * PREFIX_SIZE  # the records' bytes
+        last_size = len(value) - PREFIX_SIZE
+        if (segment is not None and segment.count + count <= context.segment_max_messages
+                and segment.size_bytes + total - last_size < context.segment_max_bytes):
+            segment.last_seq = seq - 1
+            segment.last_ms = now
+            segment.count += count
+            segment.size_bytes += total
+        else:  # the batch starts a segment or fills one: message by message
+            fixed = len(lead) - PREFIX_SIZE + len(msg_id) + len(plain_tail) + len(md5) + 1
+            for seq, size in zip(range(first, seq), sizes):
+                if (segment is None or segment.count >= context.segment_max_messages
+                        or segment.size_bytes >= context.segment_max_bytes):
+                    written += self._open_segment(q, segment, seq, now)
+                    segment = q.segments[-1]
+                segment.last_seq = seq
+                segment.last_ms = now
+                segment.count += 1
+                segment.size_bytes += fixed + len(cbor_head(2, size)) + size
+        assert segment is not None  # a message was appended
+        return results, segment, written, sum(sizes)
+
+    def _open_segment(self, q: QueueState, full: Segment | None, seq: int, now: int) -> int:
+        """Start the queue's next segment at ``seq`` (after ``full``, whose row is written
+        final, in the batch). -> rows written."""
+        q.segments.append(Segment(seq, seq, now, now, 0, 0))
+        if full is None:
+            return 0
+        store = self._context._store
+        store.batch.put(keys.segment_key(q.id, full.first_seq), full.encode_saved(),
+                        store.segments_h)
+        return 1
 
     @staticmethod
     def _sent_attributes(raw: Any) -> tuple[dict[str, Any] | None, int, int]:

@@ -36,6 +36,7 @@ import struct
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_Q_L = struct.Struct(">IB")
 _Q_L_S = struct.Struct(">IBQ")
 _Q_S = struct.Struct(">IQ")
 _Q_T = struct.Struct(">II")
@@ -167,6 +168,12 @@ def day_bounds(queue: int) -> tuple[bytes, bytes]:
 
 def log_key(queue: int, lane: int, seq: int) -> bytes:
     return _Q_L_S.pack(queue, lane, seq)
+
+
+def log_lane_prefix(queue: int, lane: int) -> bytes:
+    """The first 5 bytes of ``log_key(queue, lane, seq)``: with ``seq.to_bytes(8, "big")``
+    after it, the key (a batch of one lane packs its keys so)."""
+    return _Q_L.pack(queue, lane)
 
 
 def log_key_decode(key: bytes) -> tuple[int, int, int]:

@@ -56,6 +56,26 @@ class Sent(_Plain):
         self.md5 = md5
 
 
+class SentBatch(list):  # type: ignore[type-arg]
+    """The results of a send whose entries were all accepted in one millisecond, with ids
+    of 25 ASCII characters: a list of ``Sent`` that also holds the columns an encoder splices
+    without a step per entry — ``ids``, each id as ASCII bytes, and ``digests``, the MD5s,
+    in the list's order — and their ``enqueue_time``. Filled by the engine (an entry and its
+    two columns at a time); a list like any other to everyone else."""
+
+    __slots__ = ("enqueue_time", "ids", "digests")
+    enqueue_time: int
+    ids: list[bytes]
+    digests: list[bytes]
+
+    @classmethod
+    def empty(cls, enqueue_time: int) -> SentBatch:
+        """No entry yet (the list's own constructor, without a Python ``__init__``)."""
+        batch = cls()
+        batch.enqueue_time, batch.ids, batch.digests = enqueue_time, [], []
+        return batch
+
+
 class Delivery(_Plain):
     """One leased message: ``[record, receipt, dequeue_count, first_dequeue_time,
     next_visible_time]`` on the wire. ``record`` is the stored CBOR record, spliced unchanged

@@ -20,6 +20,7 @@ import cbor2
 
 from lamina.engine.errors import LaminaError
 from lamina.engine.records import cbor_head
+from lamina.engine.results import SentBatch
 
 from .framing import encode_frame_header, encode_int, head_size, int_size
 
@@ -178,6 +179,9 @@ def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
     enqueue_time, md5]`` for a ``Sent`` (anything with those attributes), else the error map
     of a LaminaError. Byte-identical to cbor2.dumps, at a fraction of its cost (the hot path
     of every producer)."""
+    if type(results) is SentBatch:
+        return _sent_columns_frame(request_id, results.enqueue_time, results.ids,
+                                   results.digests)
     if len(results) >= COLUMNS_FROM and not isinstance(results[0], LaminaError):
         frame = _uniform_send_frame(request_id, results)
         if frame is not None:
@@ -217,10 +221,17 @@ def _uniform_send_frame(request_id: int, results: Sequence[Any]) -> bytes | None
         if (type(entry) is not kind or entry.enqueue_time != enqueue_time
                 or len(entry.id) != id_chars or len(entry.md5) != 16):
             return None
-    count = len(results)
     ids = [entry.id.encode() for entry in results]
-    if sum(map(len, ids)) != count * id_chars:
+    if sum(map(len, ids)) != len(results) * id_chars:
         return None  # a character of more than one byte: id heads may differ
+    return _sent_columns_frame(request_id, enqueue_time, ids, [entry.md5 for entry in results])
+
+
+def _sent_columns_frame(request_id: int, enqueue_time: int, ids: list[bytes],
+                        digests: list[bytes]) -> bytes:
+    """The send frame of entries accepted at ``enqueue_time``, from their ids (bytes of one
+    length) and 16-byte digests."""
+    count, id_chars = len(ids), len(ids[0])
     head = _answer_head(request_id, _RESULTS_OPENING, count)
     prefix = _SENT_PREFIXES.get(id_chars)
     if prefix is None:
@@ -230,7 +241,7 @@ def _uniform_send_frame(request_id: int, results: Sequence[Any]) -> bytes | None
     parts = [middle] * (4 * count + 1)
     parts[0] = head + prefix
     parts[1::4] = ids
-    parts[3::4] = [entry.md5 for entry in results]
+    parts[3::4] = digests
     parts[4::4] = [prefix] * count
     parts[-1] = b""
     body_length = len(head) + count * (len(prefix) + id_chars + len(middle) + 16)
