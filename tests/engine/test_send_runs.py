@@ -16,6 +16,7 @@ from lamina.engine.store import COLUMN_FAMILIES
 from lamina.wire.splicing import encode_send_response
 from tests.engine.test_lease_deadlines import raw_store
 
+RUN_FROM = appending.PLAIN_RUN_FROM
 UNIFORM = [(b"%04d" % index).ljust(256, b"x") for index in range(16)]
 # Bodies whose CBOR heads differ in length (1, 2, 3 and 5 bytes), not of one size.
 VARIED = [b"a", b"b" * 23, b"c" * 24, b"d" * 255, b"e" * 256, b"f" * 65_536, b"g" * 7, b"h" * 300]
@@ -45,8 +46,8 @@ def _send_all(path: Path) -> tuple[list[Any], list[bytes]]:
         send("q", VARIED)   # 64 KiB + 1 byte: past segment_max_bytes within the batch
         clock.advance(1)
         send("q", MIXED)
-        send("q", UNIFORM[:4])
-        send("q", UNIFORM[:3])
+        send("q", UNIFORM[:RUN_FROM])
+        send("q", UNIFORM[:RUN_FROM - 1])
         clock.advance(10)
         send("q", UNIFORM)
         engine.receive("q", "red", max=10)
@@ -84,8 +85,8 @@ def test_only_a_send_of_enough_plain_messages_within_the_queue_s_room_is_a_run(t
         engine.create_queue("q")
         engine.create_queue("small", {"max_messages": 20})
         assert type(engine.send("q", UNIFORM)) is SentBatch
-        assert type(engine.send("q", UNIFORM[:appending.PLAIN_RUN_FROM])) is SentBatch
-        assert type(engine.send("q", UNIFORM[:appending.PLAIN_RUN_FROM - 1])) is list
+        assert type(engine.send("q", UNIFORM[:RUN_FROM])) is SentBatch
+        assert type(engine.send("q", UNIFORM[:RUN_FROM - 1])) is list
         assert type(engine.send("q", MIXED)) is list
         assert type(engine.send("small", UNIFORM)) is SentBatch
         assert type(engine.send("small", UNIFORM)) is list  # 4 of 16 fit
