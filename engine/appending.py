@@ -7,7 +7,7 @@ counts (DESIGN.md §3 ``send``; dead-letter copies come the same way, as prepare
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import cbor2
 
@@ -187,8 +187,9 @@ class Appender:
         plain_run = (self._plain_run(messages, max_size)
                      if plain_ok and PLAIN_RUN_FROM <= len(messages) <= capacity else None)
         if plain_run is not None:  # every message plain: written and counted as one run
-            results, segment, written, bytes_in = self._append_plain(
+            run, segment, written, bytes_in = self._append_plain(
                 q, messages, plain_run, now, segment, plain_prefix, plain_tail)
+            results = cast("list[Sent | LaminaError]", run)  # Sent alone: list is invariant
             lane = DEFAULT_PRIORITY
             if tails[lane] < 0:
                 q.lanes_used.append(lane)
@@ -318,7 +319,7 @@ class Appender:
 
     def _append_plain(self, q: QueueState, messages: list[bytes], sizes: list[int], now: int,
                       segment: Segment | None, plain_prefix: bytes, plain_tail: bytes
-                      ) -> tuple[list[Sent | LaminaError], Segment, int, int]:
+                      ) -> tuple[SentBatch, Segment, int, int]:
         """``append``'s loop for a batch of plain messages, all accepted, in one lane: the
         same rows and results as message by message, without its branches per message (entry
         kind, lane, delay, topic, segment): keys from one packed lane prefix, one body head

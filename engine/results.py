@@ -56,7 +56,7 @@ class Sent(_Plain):
         self.md5 = md5
 
 
-class SentBatch(list):  # type: ignore[type-arg]
+class SentBatch(list[Sent]):
     """The results of a send whose entries were all accepted in one millisecond, with ids
     of 25 ASCII characters: a list of ``Sent`` that also holds the columns an encoder splices
     without a step per entry — ``ids``, each id as ASCII bytes, and ``digests``, the MD5s,

@@ -179,7 +179,7 @@ def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
     enqueue_time, md5]`` for a ``Sent`` (anything with those attributes), else the error map
     of a LaminaError. Byte-identical to cbor2.dumps, at a fraction of its cost (the hot path
     of every producer)."""
-    if type(results) is SentBatch:
+    if isinstance(results, SentBatch):
         return _sent_columns_frame(request_id, results.enqueue_time, results.ids,
                                    results.digests)
     if len(results) >= COLUMNS_FROM and not isinstance(results[0], LaminaError):
