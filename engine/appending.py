@@ -7,7 +7,8 @@ counts (DESIGN.md §3 ``send``; dead-letter copies come the same way, as prepare
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Protocol, cast
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import cbor2
 
@@ -17,7 +18,7 @@ from .deadlines import Deadlines
 from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
 from .records import (PREFIX, PREFIX_SIZE, cbor_head, cbor_uint, encode_record, message_id,
                       parse_message_id)
-from .results import Sent, SentBatch
+from .results import Sent, SentColumns
 from .scope import filter_matches
 from .state import DAY_MS, QueueState, Segment, TagState
 from .store import Store
@@ -144,16 +145,20 @@ class Appender:
         # sends in the same millisecond share them.
         self._plain: tuple[int, bytes, bytes] = (-1, b"", b"")
 
-    def append(self, q: QueueState, messages: list[Any], now: int) -> list[Sent | LaminaError]:
+    def append(self, q: QueueState, messages: list[Any], now: int
+               ) -> list[Sent | LaminaError] | SentColumns:
         """Assign seqs and write records. The hot path: everything that is the same for the
-        whole batch (time fields, the prefix of plain messages) is encoded once."""
+        whole batch (time fields, the prefix of plain messages) is encoded once. A batch of
+        plain messages comes back as ``SentColumns`` (``_append_plain``), any other as a list
+        of its entries' results."""
         context = self._context
         store = context._store
         batch_put = store.batch.put
         log_h = store.log_h
         qid = q.id
-        results: list[Sent | LaminaError] = []
-        append = results.append
+        entries: list[Sent | LaminaError] = []
+        append = entries.append
+        results: list[Sent | LaminaError] | SentColumns = entries
         capacity = q.attributes["max_messages"] - (q.next_seq - q.gone_seq)
         max_size = q.attributes["max_message_size"]
         plain_ok = q.attributes["delay"] == 0
@@ -187,9 +192,8 @@ class Appender:
         plain_run = (self._plain_run(messages, max_size)
                      if plain_ok and PLAIN_RUN_FROM <= len(messages) <= capacity else None)
         if plain_run is not None:  # every message plain: written and counted as one run
-            run, segment, written, bytes_in = self._append_plain(
+            results, segment, written, bytes_in = self._append_plain(
                 q, messages, plain_run, now, segment, plain_prefix, plain_tail)
-            results = cast("list[Sent | LaminaError]", run)  # Sent alone: list is invariant
             lane = DEFAULT_PRIORITY
             if tails[lane] < 0:
                 q.lanes_used.append(lane)
@@ -319,19 +323,20 @@ class Appender:
 
     def _append_plain(self, q: QueueState, messages: list[bytes], sizes: list[int], now: int,
                       segment: Segment | None, plain_prefix: bytes, plain_tail: bytes
-                      ) -> tuple[SentBatch, Segment, int, int]:
+                      ) -> tuple[SentColumns, Segment, int, int]:
         """``append``'s loop for a batch of plain messages, all accepted, in one lane: the
         same rows and results as message by message, without its branches per message (entry
         kind, lane, delay, topic, segment): keys from one packed lane prefix, one body head
         for bodies of one size, the segment counted once when the batch fits in it, the id
-        and digest columns kept for the answer (``SentBatch``).
+        and digest columns kept for the answer, no ``Sent`` built (``SentColumns``).
         -> (results, open segment, rows written, body bytes)."""
         context = self._context
         store = context._store
         qid = q.id
         seq = first = q.next_seq
-        results = SentBatch.empty(now)
-        add_result, add_id, add_digest = results.append, results.ids.append, results.digests.append
+        ids: list[bytes] = []
+        digests: list[bytes] = []
+        add_id, add_digest = ids.append, digests.append
         md5_of = hashlib.md5
         id_format = b"%08x%%016x7" % qid  # PROTOCOL.md's id: queue, seq, lane - 1
         lead = plain_prefix + b"\x89\x78\x19"  # the record's array head, the id's head
@@ -348,7 +353,6 @@ class Appender:
                               plain_tail, md5, tail))
             batch_put(key_prefix + seq.to_bytes(8, "big"), value, log_h)
             total += len(value)
-            add_result(Sent(msg_id.decode(), now, md5))
             add_id(msg_id)
             add_digest(md5)
             seq += 1
@@ -374,7 +378,7 @@ class Appender:
                 segment.count += 1
                 segment.size_bytes += fixed + len(cbor_head(2, size)) + size
         assert segment is not None  # a message was appended
-        return results, segment, written, sum(sizes)
+        return SentColumns(now, ids, digests), segment, written, sum(sizes)
 
     def _open_segment(self, q: QueueState, full: Segment | None, seq: int, now: int) -> int:
         """Start the queue's next segment at ``seq`` (after ``full``, whose row is written
@@ -399,8 +403,8 @@ class Appender:
             return raw.get(2), len(body.encode() if isinstance(body, str) else body), lane
         return None, len(raw.encode() if isinstance(raw, str) else raw), DEFAULT_PRIORITY
 
-    def _first_in_scope(self, t: TagState, lane: int, results: list[Any], messages: list[Any],
-                        now: int, tail: int, delayed_seqs: set[int]) -> int:
+    def _first_in_scope(self, t: TagState, lane: int, results: Iterable[Any],
+                        messages: list[Any], now: int, tail: int, delayed_seqs: set[int]) -> int:
         """The first message of this send in ``lane`` that a filtered tag receives and that
         is not delayed (its cursor's new position), else past the tail."""
         for raw, sent in zip(messages, results):
@@ -413,7 +417,7 @@ class Appender:
                 return seq
         return tail + 1
 
-    def _count_sent(self, q: QueueState, results: list[Any], messages: list[Any],
+    def _count_sent(self, q: QueueState, results: Iterable[Any], messages: list[Any],
                     sent_count: int, bytes_in: int) -> None:
         """Daily ``sent`` / ``bytes_in``: once for the queue, and per filtered tag for the
         messages the tag receives (decoding the attributes of each); a tag without a filter

@@ -72,7 +72,7 @@ class DeadLetters:
         body_bytes = body.encode() if isinstance(body, str) else body
         dead = [q.name, t.name, dead_time, fields[0], lease.count]
         copy = self._dead_letter_entry(body, body_bytes, attributes, fields[4], dead, t.id)
-        sent = self._context._appender.append(dlq, [copy], self._context._now)[0]
+        (sent,) = self._context._appender.append(dlq, [copy], self._context._now)
         dlq_seq = parse_message_id(sent.id)[1]  # type: ignore[union-attr, index]
         old_due = lease.due_ms
         self._context._dead_sources.setdefault(dlq.id, set()).add(q.id)

@@ -35,7 +35,7 @@ from .errors import (
     StaleReceipt,
 )
 from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
-from .results import Delivery, Sent, VisibilityChanged
+from .results import Delivery, Sent, SentColumns, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
     MAX_VISIBILITY_S,
@@ -57,6 +57,13 @@ class MessagingOps:
     def send(self, queue: str, messages: Sequence[Any], *,
              caller: str | None = None) -> list[Sent | LaminaError]:
         """Append messages; per entry a ``Sent`` or the error that refused that entry."""
+        results = self.send_columns(queue, messages, caller=caller)
+        return results if type(results) is list else list(results)
+
+    def send_columns(self, queue: str, messages: Sequence[Any], *,
+                     caller: str | None = None) -> list[Sent | LaminaError] | SentColumns:
+        """``send``, whose results may come as ``SentColumns`` (a batch of plain messages all
+        accepted): what a server splices into its answer, no ``Sent`` built per entry."""
         core = self._core
         with core._operation() as now:
             core._grants.check(caller, "send", queue)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 from typing import Any
 
 from .records import Message
@@ -56,24 +58,25 @@ class Sent(_Plain):
         self.md5 = md5
 
 
-class SentBatch(list[Sent]):
-    """The results of a send whose entries were all accepted in one millisecond, with ids
-    of 25 ASCII characters: a list of ``Sent`` that also holds the columns an encoder splices
-    without a step per entry — ``ids``, each id as ASCII bytes, and ``digests``, the MD5s,
-    in the list's order — and their ``enqueue_time``. Filled by the engine (an entry and its
-    two columns at a time); a list like any other to everyone else."""
+class SentColumns(_Plain):
+    """The results of a send whose entries were all accepted in one millisecond, as columns:
+    ``ids`` (each id, 25 ASCII characters, as bytes) and ``digests`` (the MD5s) in entry
+    order, and their ``enqueue_time``. What a server splices into its answer without a step
+    per entry (``Engine.send(..., columns=True)``); iterating gives each entry's ``Sent``,
+    built then."""
 
     __slots__ = ("enqueue_time", "ids", "digests")
-    enqueue_time: int
-    ids: list[bytes]
-    digests: list[bytes]
 
-    @classmethod
-    def empty(cls, enqueue_time: int) -> SentBatch:
-        """No entry yet (the list's own constructor, without a Python ``__init__``)."""
-        batch = cls()
-        batch.enqueue_time, batch.ids, batch.digests = enqueue_time, [], []
-        return batch
+    def __init__(self, enqueue_time: int, ids: list[bytes], digests: list[bytes]):
+        self.enqueue_time = enqueue_time
+        self.ids = ids
+        self.digests = digests
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[Sent]:
+        return map(Sent, map(bytes.decode, self.ids), repeat(self.enqueue_time), self.digests)
 
 
 class Delivery(_Plain):

@@ -229,7 +229,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     _op("list_tags", "queue", "",
         _call("list_tags", lambda tags: MapAnswer(
             {"tags": [_tag_info(t, stats=True) for t in tags]}))),
-    _op("send", "queue messages", "", _call("send", SendAnswer)),
+    _op("send", "queue messages", "", _call("send_columns", SendAnswer)),
     _op("receive", "queue", "tag max wait visibility_timeout", receive_call),
     _op("delete", "queue receipts", "tag", _call("delete", EntriesAnswer)),
     _op("change_visibility", "queue entries", "tag",

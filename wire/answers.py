@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from lamina.engine.errors import LaminaError
+from lamina.engine.results import SentColumns
 
 from .splicing import Deliverable
 
@@ -28,10 +29,10 @@ class MapAnswer:
 
 @dataclass(slots=True)
 class SendAnswer:
-    """A ``send`` result: per entry a ``Sent`` or the LaminaError that failed it (spliced:
-    ``splicing.encode_send_response``)."""
+    """A ``send`` result: per entry a ``Sent`` or the LaminaError that failed it, or the
+    ``SentColumns`` of a batch all accepted (spliced: ``splicing.encode_send_response``)."""
 
-    results: list[Any]
+    results: list[Any] | SentColumns
 
 
 @dataclass(slots=True)

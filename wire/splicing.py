@@ -20,7 +20,7 @@ import cbor2
 
 from lamina.engine.errors import LaminaError
 from lamina.engine.records import cbor_head
-from lamina.engine.results import SentBatch
+from lamina.engine.results import SentColumns
 
 from .framing import encode_frame_header, encode_int, head_size, int_size
 
@@ -174,12 +174,12 @@ _U32_END = 0x100000000
 _U64_END = 0x10000000000000000
 
 
-def encode_send_response(request_id: int, results: Sequence[Any]) -> bytes:
+def encode_send_response(request_id: int, results: Sequence[Any] | SentColumns) -> bytes:
     """The frame ``[id, null, {"results": [...]}]`` answering a ``send``: per entry ``[id,
     enqueue_time, md5]`` for a ``Sent`` (anything with those attributes), else the error map
-    of a LaminaError. Byte-identical to cbor2.dumps, at a fraction of its cost (the hot path
-    of every producer)."""
-    if isinstance(results, SentBatch):
+    of a LaminaError; from the columns of ``SentColumns``. Byte-identical to cbor2.dumps, at
+    a fraction of its cost (the hot path of every producer)."""
+    if isinstance(results, SentColumns):
         return _sent_columns_frame(request_id, results.enqueue_time, results.ids,
                                    results.digests)
     if len(results) >= COLUMNS_FROM and not isinstance(results[0], LaminaError):

@@ -1,6 +1,7 @@
 """A send whose messages are all plain is written as one run (``Appender._append_plain``): the
-rows it stores and the answer it gets are byte for byte those of the message-by-message path,
-whatever the batch holds, wherever segments end, whichever tags read the queue."""
+rows it stores and the answer it gets (spliced from its ``SentColumns``) are byte for byte those
+of the message-by-message path, whatever the batch holds, wherever segments end, whichever tags
+read the queue; ``Engine.send`` still returns a list of ``Sent``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import cbor2
 import pytest
 
 from lamina.engine import Engine, FakeClock, LaminaError, Sent, appending
-from lamina.engine.results import SentBatch
+from lamina.engine.results import SentColumns
 from lamina.engine.store import COLUMN_FAMILIES
 from lamina.wire.splicing import encode_send_response
 from tests.engine.test_lease_deadlines import raw_store
@@ -31,10 +32,15 @@ def _send_all(path: Path) -> tuple[list[Any], list[bytes]]:
     answers: list[bytes] = []
 
     def send(queue: str, messages: list[Any]) -> None:
-        sent = engine.send(queue, messages)
+        sent = engine.send_columns(queue, messages)  # as a server sends
         answers.append(encode_send_response(len(answers) + 1, sent))
         results.append([(type(entry).__name__, str(entry)) if isinstance(entry, LaminaError)
                         else (entry.id, entry.enqueue_time, entry.md5) for entry in sent])
+        sent_again = engine.send(queue, messages)  # as the embedded API answers
+        assert type(sent_again) is list
+        results.append([(type(entry).__name__, str(entry)) if isinstance(entry, LaminaError)
+                        else (type(entry).__name__, entry.id, entry.enqueue_time, entry.md5)
+                        for entry in sent_again])
 
     with Engine.open(path, clock=clock, segment_max_messages=20, segment_max_bytes=70_000
                      ) as engine:
@@ -84,31 +90,34 @@ def test_only_a_send_of_enough_plain_messages_within_the_queue_s_room_is_a_run(t
     with Engine.open(tmp_path / "data", clock=FakeClock()) as engine:
         engine.create_queue("q")
         engine.create_queue("small", {"max_messages": 20})
-        assert type(engine.send("q", UNIFORM)) is SentBatch
-        assert type(engine.send("q", UNIFORM[:RUN_FROM])) is SentBatch
-        assert type(engine.send("q", UNIFORM[:RUN_FROM - 1])) is list
-        assert type(engine.send("q", MIXED)) is list
-        assert type(engine.send("small", UNIFORM)) is SentBatch
-        assert type(engine.send("small", UNIFORM)) is list  # 4 of 16 fit
+        assert type(engine.send_columns("q", UNIFORM)) is SentColumns
+        assert type(engine.send_columns("q", UNIFORM[:RUN_FROM])) is SentColumns
+        assert type(engine.send_columns("q", UNIFORM[:RUN_FROM - 1])) is list
+        assert type(engine.send_columns("q", MIXED)) is list
+        assert type(engine.send_columns("small", UNIFORM)) is SentColumns
+        assert type(engine.send_columns("small", UNIFORM)) is list  # 4 of 16 fit
 
 
-def test_a_run_s_results_are_a_list_of_sent_with_their_columns(tmp_path):
+def test_a_run_s_columns_give_each_entry_s_sent(tmp_path):
     clock = FakeClock()
     with Engine.open(tmp_path / "data", clock=clock) as engine:
         engine.create_queue("q")
-        sent = engine.send("q", UNIFORM)
-    assert all(type(entry) is Sent for entry in sent) and len(sent) == len(UNIFORM)
-    assert sent == [Sent(entry.id, clock(), entry.md5) for entry in sent]
-    assert sent.ids == [entry.id.encode() for entry in sent]
-    assert sent.digests == [entry.md5 for entry in sent]
-    assert sent.enqueue_time == clock()
+        columns = engine.send_columns("q", UNIFORM)
+        listed = engine.send("q", UNIFORM)
+    assert type(columns) is SentColumns and len(columns) == len(UNIFORM)
+    sent = list(columns)
+    assert all(type(entry) is Sent for entry in sent + listed)
+    assert columns.ids == [entry.id.encode() for entry in sent]
+    assert columns.digests == [entry.md5 for entry in sent] == [entry.md5 for entry in listed]
+    assert {entry.enqueue_time for entry in sent + listed} == {columns.enqueue_time} == {clock()}
+    assert [int(entry.id[8:24], 16) for entry in sent + listed] == list(range(2 * len(UNIFORM)))
 
 
 @pytest.mark.parametrize("request_id", [1, 23, 24, 300, 2**40])
 def test_a_run_s_answer_is_byte_identical_to_cbor2(tmp_path, request_id):
     with Engine.open(tmp_path / "data", clock=FakeClock()) as engine:
         engine.create_queue("q")
-        sent = engine.send("q", VARIED)
+        columns = engine.send_columns("q", VARIED)
     expected = cbor2.dumps([request_id, None, {"results": [
-        [entry.id, entry.enqueue_time, entry.md5] for entry in sent]}])
-    assert encode_send_response(request_id, sent) == len(expected).to_bytes(4, "big") + expected
+        [entry.id, entry.enqueue_time, entry.md5] for entry in columns]}])
+    assert encode_send_response(request_id, columns) == len(expected).to_bytes(4, "big") + expected
