@@ -38,9 +38,10 @@ from .validation import (
 
 _SEND_KEYS = frozenset((1, 2, 3, 4, 5))
 #: A send of this many messages or more, all plain, takes ``Appender._append_plain``: its
-#: fixed cost (about 2 µs more than the loop's) is repaid from about 6 messages on (measured:
-#: 1.5 µs more for 4 messages, 2 less for 8, 8 less for 16).
-PLAIN_RUN_FROM = 6
+#: fixed cost (about 1 µs more than the loop's) is repaid from about 4 messages on (measured,
+#: the server's ``send_columns``: 1 µs more for 2 messages, even for 3, 0.6 less for 4, 1.7
+#: less for 6, 7 less for 16).
+PLAIN_RUN_FROM = 4
 
 
 class _Entry:
