@@ -62,7 +62,7 @@ class SentColumns(_Plain):
     """The results of a send whose entries were all accepted in one millisecond, as columns:
     ``ids`` (each id, 25 ASCII characters, as bytes) and ``digests`` (the MD5s) in entry
     order, and their ``enqueue_time``. What a server splices into its answer without a step
-    per entry (``Engine.send(..., columns=True)``); iterating gives each entry's ``Sent``,
+    per entry (``Engine.send_columns``); iterating gives each entry's ``Sent``,
     built then."""
 
     __slots__ = ("enqueue_time", "ids", "digests")
