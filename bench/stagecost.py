@@ -137,8 +137,10 @@ class _Child:
 
             def receive(request: Any) -> Any:
                 answer = self._apply(request)
-                received.extend(getattr(delivery, "receipt", None) or delivery[1]  # either tree
-                                for delivery in answer.deliveries)
+                deliveries = answer.deliveries
+                received.extend(getattr(deliveries, "receipts", None)  # columns, or either tree
+                                or [getattr(delivery, "receipt", None) or delivery[1]
+                                    for delivery in deliveries])
                 return answer
 
             stages = self._stages(frames, receive)

@@ -36,6 +36,7 @@ from .inspection import InspectionOps
 from .messaging import MessagingOps
 from .results import (
     Delivery,
+    FirstDeliveries,
     Grant,
     PeekPage,
     QueueInfo,
@@ -159,6 +160,18 @@ class Engine(EngineCore):
 
         ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
         message that would pass it is not leased. Waiting is the server's business."""
+        deliveries = self._messaging.receive(queue, tag, max, visibility_timeout,
+                                             max_bytes=max_bytes, caller=caller)
+        if deliveries.__class__ is FirstDeliveries:
+            return deliveries.deliveries()
+        return deliveries  # type: ignore[return-value]
+
+    def receive_columns(self, queue: str, tag: str | None = None, max: int = 1,
+                        visibility_timeout: float | None = None, *, max_bytes: int | None = None,
+                        caller: str | None = None) -> Sequence[Delivery]:
+        """``receive``, with first deliveries left as ``FirstDeliveries`` columns that a
+        server splices into its answer without a ``Delivery`` object each (the other
+        entries of a receive are a list of ``Delivery`` as ``receive`` gives)."""
         return self._messaging.receive(queue, tag, max, visibility_timeout, max_bytes=max_bytes,
                                        caller=caller)
 

@@ -86,7 +86,7 @@ class InspectionOps:
                 return self._peek_from(q, t, check_time_ms(start, "start"), after, count, now,
                                        max_bytes)
             lessor = Lessor(self._core, q, t, now, 1000, count, max_bytes, dry_run=True)
-            return PeekPage(lessor.run(), None)
+            return PeekPage(lessor.peeked(), None)
 
     def _peek_ids(self, q: QueueState, t: TagState, ids: list[Any], now: int,
                   max_bytes: int | None) -> list[Any]:

@@ -5,6 +5,7 @@ delayed ones by visibility — and leasing what it may return (DESIGN.md §3 "De
 from __future__ import annotations
 
 from heapq import heappush
+from itertools import repeat
 from typing import Any
 
 from . import keys
@@ -12,7 +13,7 @@ from .records import PREFIX, PREFIX_SIZE
 from .core import EngineCore
 from .leasebatch import LeaseBatch, encode_head
 from .receipts import pack_body as pack_body_
-from .results import Delivery, Peeked
+from .results import Delivery, FirstDeliveries, Peeked
 from .scope import in_scope, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
 from .store import LaneWalk, Scan, Store
@@ -135,6 +136,10 @@ class Lessor:
         self.room = max_bytes
         self.budget = EXAMINE_LIMIT
         self.out: list[Delivery | Peeked] = []
+        # The first deliveries leased in line after ``out``'s (``_never_delivered``), as
+        # columns: ``Delivery`` objects are made only if something else joins them.
+        self.records: list[bytes] = []
+        self.receipts: list[bytes] = []
         self.tag_moved = False  # the tag's row must be written (delay position, cursors)
         self.cursor_moved = False  # a cursor moved where the log alone tells it at open
         self.issue = engine._receipts.issue
@@ -145,12 +150,20 @@ class Lessor:
         # its delivery at open (a receive's figures may be held back: counters.py).
         self.first_in_line = True
 
-    def run(self) -> list[Any]:
+    def run(self) -> list[Any] | FirstDeliveries:
+        """What the receive leased: ``FirstDeliveries`` when every one is a first delivery
+        made in line (they share their times), else a list of ``Delivery`` objects."""
         self._active_again()
         if len(self.out) < self.count and self.budget > 0:
             self._never_delivered()
         if self.dry_run:
             return self.out
+        out: list[Any] | FirstDeliveries = self.out
+        if self.records:
+            if self.out:
+                self._columns_to_out()
+            else:
+                out = FirstDeliveries(self.records, self.receipts, self.now, self.due_ms)
         t = self.t
         if self.tag_moved or t.lease_counter > t.counter_ceiling:
             self.store.put(self.store.tags_h, keys.tag_key(self.q.id, t.id), t.encode_cursors())
@@ -160,14 +173,28 @@ class Lessor:
             # leased — its row is in this batch or before —, delayed or out of scope): the
             # open finds them again (``EngineCore._load_tag``), so the row is not written.
             t.row_behind = True
+        return out
+
+    def peeked(self) -> list[Any]:
+        """``run`` of a dry run: the ``Peeked`` entries of what a receive would lease now."""
+        self.run()
         return self.out
+
+    def _columns_to_out(self) -> None:
+        """Append the first deliveries held as columns to ``out`` as ``Delivery`` objects
+        (another delivery comes after them) and empty the columns."""
+        records, receipts, count = self.records, self.receipts, len(self.records)
+        self.out.extend(map(Delivery, records, receipts, repeat(1, count),
+                            repeat(self.now, count), repeat(self.due_ms, count)))
+        records.clear()
+        receipts.clear()
 
     def _fits(self, record: bytes) -> bool:
         """Whether one more delivery of ``record`` stays within ``max_bytes``."""
         if self.room is None:
             return True
         needed = len(record) + 64  # receipt and the small fields
-        if self.out and needed > self.room:
+        if (self.out or self.records) and needed > self.room:
             return False
         self.room -= needed
         return True
@@ -198,6 +225,8 @@ class Lessor:
                                    (lease.first_ms or None) if lease else None, None))
             return
         self.first_in_line = False
+        if self.records:  # in the order they were leased
+            self._columns_to_out()
         number = t.lease_counter
         t.lease_counter += 1
         if lease is None:
@@ -331,17 +360,20 @@ class Lessor:
         q, t, store = self.q, self.t, self.store
         unpack, seq_of, leases = PREFIX.unpack_from, keys.LOG_SEQ.unpack_from, t.leases
         out, count = self.out, self.count
-        append, pack_body, keyed_copy = out.append, pack_body_, self.engine._receipts.keyed_copy
+        records, receipts = self.records, self.receipts
+        add_record, add_receipt = records.append, receipts.append
+        pack_body, keyed_copy = pack_body_, self.engine._receipts.keyed_copy
         qid, tid, due, now = q.id, t.id, self.due_ms, self.now
         for lane in q.lanes_used:
-            if len(out) >= count or self.budget <= 0:
+            have = len(out) + len(records)  # deliveries so far
+            if have >= count or self.budget <= 0:
                 break
             tail = q.lane_tail[lane]
             start = max(t.cursors[lane], q.gone_seq, t.start_seq)
             if start > tail:
                 continue
             it: Scan | LaneWalk
-            if len(q.lanes_used) == 1 and (count - len(out) <= LANE_WALK_MAX
+            if len(q.lanes_used) == 1 and (count - have <= LANE_WALK_MAX
                                            or tail - start < LaneWalk.STEPS):
                 # A record or two: point reads.
                 it = LaneWalk(store.log, qid, lane, start, tail, store.last_record)
@@ -358,7 +390,7 @@ class Lessor:
             seqs: list[int] = []  # its seqs and lease numbers
             numbers: list[int] = []
             budget = self.budget  # this loop's own (``_admit``, ``_lease`` do not read it)
-            while budget > 0 and valid() and len(out) < count:
+            while budget > 0 and valid() and have < count:
                 value = value_of()
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
                 budget -= 1
@@ -385,16 +417,19 @@ class Lessor:
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
                             seqs.append(seq)
                             numbers.append(number)
-                            append(Delivery(value[PREFIX_SIZE:], receipt, 1, now, due))
+                            add_record(value[PREFIX_SIZE:])
+                            add_receipt(receipt)
+                            have += 1
                         else:
                             self._lease(seq, lane, value, None)
+                            have = len(out) + len(records)
                 step()
             self.budget = budget
             if seqs:
                 self._save_batch(lane, batch, seqs, numbers)
             if self.dry_run:
                 continue
-            cursor = self.engine._skip_settled(t, it, tail) if len(out) >= count \
+            cursor = self.engine._skip_settled(t, it, tail) if have >= count \
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor

@@ -35,7 +35,7 @@ from .errors import (
     StaleReceipt,
 )
 from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
-from .results import Delivery, Sent, SentColumns, VisibilityChanged
+from .results import Delivery, FirstDeliveries, Sent, SentColumns, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
     MAX_VISIBILITY_S,
@@ -77,11 +77,13 @@ class MessagingOps:
 
     def receive(self, queue: str, tag: str | None = None, max: int = 1,
                 visibility_timeout: float | None = None, *, max_bytes: int | None = None,
-                caller: str | None = None) -> list[Delivery]:
+                caller: str | None = None) -> list[Delivery] | FirstDeliveries:
         """Lease up to ``max`` Active messages of ``tag`` (DESIGN.md §2 "Delivery order").
 
         ``max_bytes`` bounds the summed record sizes (a server passes its frame budget); a
-        message that would pass it is not leased. Waiting is the server's business."""
+        message that would pass it is not leased. Waiting is the server's business. The
+        deliveries come as ``FirstDeliveries`` columns when all are first deliveries made in
+        line (``Lessor.run``)."""
         core = self._core
         with core._operation() as now:
             core._grants.check(caller, "receive", queue)
@@ -94,7 +96,7 @@ class MessagingOps:
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
             core._advance(q, now)
-            deliveries: list[Delivery] = []
+            deliveries: list[Delivery] | FirstDeliveries = []
             rows, in_line = 0, False
             if not nothing_to_deliver(q, t, now):
                 first = lease_first(core, q, t, now, visibility_ms) if count == 1 else None
@@ -104,8 +106,12 @@ class MessagingOps:
                     lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
                     deliveries, rows, in_line = lessor.run(), lessor.rows, lessor.first_in_line
             counters = core._counters
+            if deliveries.__class__ is FirstDeliveries:
+                record_bytes = deliveries.record_bytes()
+            else:
+                record_bytes = sum([len(d.record) for d in deliveries])
             held = bool(deliveries) and counters.received(
-                q.id, t.id, len(deliveries), sum([len(d.record) for d in deliveries]), in_line)
+                q.id, t.id, len(deliveries), record_bytes, in_line)
             core._settle(q, now)
             if held and core._store.pending == rows:
                 # The batch holds this receive's lease rows alone (and perhaps the tag's row):

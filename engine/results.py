@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import repeat
-from typing import Any
+from typing import Any, overload
 
 from .records import Message
 
@@ -109,6 +109,66 @@ class Delivery(_Plain):
     @property
     def body(self) -> bytes | str:
         return self.message.body
+
+
+class FirstDeliveries(Sequence[Delivery]):
+    """The deliveries of a receive whose every message was delivered for the first time,
+    leased in line at one time for one visibility timeout (the usual receive of a batch), held
+    as two columns — the records and the receipts — with the three integers they share.
+
+    A server splices the columns into its answer as they are (``wire/splicing.py``); the
+    ``Delivery`` objects are made only when someone reads the entries (the engine's
+    ``receive`` hands out a list of them, ``Engine.receive_columns`` this)."""
+
+    __slots__ = ("records", "receipts", "first_dequeue_time", "next_visible_time", "_made")
+
+    dequeue_count = 1
+
+    def __init__(self, records: list[bytes], receipts: list[bytes], first_dequeue_time: int,
+                 next_visible_time: int):
+        self.records = records
+        self.receipts = receipts
+        self.first_dequeue_time = first_dequeue_time
+        self.next_visible_time = next_visible_time
+        self._made: list[Delivery] | None = None
+
+    def deliveries(self) -> list[Delivery]:
+        """The entries as ``Delivery`` objects (made once)."""
+        made = self._made
+        if made is None:
+            count = len(self.records)
+            made = self._made = list(map(
+                Delivery, self.records, self.receipts, repeat(1, count),
+                repeat(self.first_dequeue_time, count), repeat(self.next_visible_time, count)))
+        return made
+
+    def record_bytes(self) -> int:
+        """The summed length of the records."""
+        return sum(map(len, self.records))
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> Delivery: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Delivery]: ...
+
+    def __getitem__(self, index: int | slice) -> Delivery | list[Delivery]:
+        return self.deliveries()[index]
+
+    def __iter__(self) -> Any:
+        return iter(self.deliveries())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FirstDeliveries):
+            other = other.deliveries()
+        return isinstance(other, (list, tuple)) and self.deliveries() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # compares like a list
+
+    def __repr__(self) -> str:
+        return f"FirstDeliveries({self.deliveries()!r})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,7 @@ def receive_call(engine: Engine, args: dict[str, Any], caller: str | None, reque
                  max_frame: int) -> ReceiveAnswer:
     """One receive attempt (no waiting; the server decides that)."""
     budget = receive_budget(request_id, args.get("max", 1), max_frame)
-    return ReceiveAnswer(engine.receive(**args, max_bytes=budget, caller=caller))
+    return ReceiveAnswer(engine.receive_columns(**args, max_bytes=budget, caller=caller))
 
 
 def _record_id(record: bytes) -> str:

@@ -64,7 +64,8 @@ class Receives:
         args = request.args
         wait_s = wait_seconds(args)
         budget = receive_budget(request.id, args.get("max", 1), self.max_frame_bytes)
-        answer = ReceiveAnswer(self.engine.receive(**args, max_bytes=budget, caller=caller))
+        answer = ReceiveAnswer(self.engine.receive_columns(**args, max_bytes=budget,
+                                                           caller=caller))
         if answer.deliveries:
             return answer
         if wait_s is None:
@@ -84,7 +85,7 @@ class Receives:
         """Rule 2: retry the waiters of due tags; their answers go to ``replies``, or (None)
         out at once (rule 3)."""
         waiting = self.waiting
-        receive = self.engine.receive
+        receive = self.engine.receive_columns
         for _ in range(SERVE_ROUNDS):
             due = waiting.take_due()
             if not due:

@@ -20,7 +20,7 @@ import cbor2
 
 from lamina.engine.errors import LaminaError
 from lamina.engine.records import cbor_head
-from lamina.engine.results import SentColumns
+from lamina.engine.results import FirstDeliveries, SentColumns
 
 from .framing import encode_frame_header, encode_int, head_size, int_size
 
@@ -102,6 +102,10 @@ COLUMNS_FROM = 6
 def encode_receive_response(request_id: int, deliveries: Sequence[Deliverable]) -> bytes:
     """The frame ``[id, null, {"messages": [delivery...]}]``, each delivery
     ``[record, receipt, dequeue_count, first_dequeue_time, next_visible_time]``."""
+    if deliveries.__class__ is FirstDeliveries:  # no Delivery objects to make
+        columns: FirstDeliveries = deliveries
+        return _columns_receive_frame(request_id, columns.records, columns.receipts, 1,
+                                      columns.first_dequeue_time, columns.next_visible_time)
     if len(deliveries) >= COLUMNS_FROM:
         frame = _uniform_receive_frame(request_id, deliveries)
         if frame is not None:
@@ -140,17 +144,27 @@ def _uniform_receive_frame(request_id: int, deliveries: Sequence[Deliverable]) -
                 or delivery.dequeue_count != dequeue_count
                 or len(delivery.receipt) != receipt_bytes):
             return None
+    return _columns_receive_frame(request_id, [delivery.record for delivery in deliveries],
+                                  [delivery.receipt for delivery in deliveries], dequeue_count,
+                                  first_time, next_time)
+
+
+def _columns_receive_frame(request_id: int, records: list[bytes], receipts: list[bytes],
+                           dequeue_count: int, first_time: int, next_time: int) -> bytes:
+    """The receive frame of deliveries given as columns that share their dequeue count and
+    times, and whose receipts share their length (the engine's receipts do)."""
+    receipt_bytes = len(receipts[0])
     tail = _delivery_tail(dequeue_count, first_time, next_time)
-    count = len(deliveries)
+    count = len(records)
     head = _answer_head(request_id, _MESSAGES_OPENING, count)
     # Per delivery: record, receipt head, receipt, tail + the next delivery's array head.
     parts = [cbor_head(2, receipt_bytes)] * (4 * count + 1)
     parts[0] = head + _ARRAY_OF_5
-    parts[1::4] = [delivery.record for delivery in deliveries]
-    parts[3::4] = [delivery.receipt for delivery in deliveries]
+    parts[1::4] = records
+    parts[3::4] = receipts
     parts[4::4] = [tail + _ARRAY_OF_5] * count
     parts[-1] = tail
-    body_length = (len(head) + sum(map(len, parts[1::4]))
+    body_length = (len(head) + sum(map(len, records))
                    + count * (len(_ARRAY_OF_5) + len(parts[2]) + receipt_bytes + len(tail)))
     return _FRAME_HEADER.pack(body_length) + b"".join(parts)
 

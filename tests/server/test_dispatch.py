@@ -41,7 +41,7 @@ class FakeEngine:
     def delete_queue(self, **kwargs: Any) -> None:
         raise ZeroDivisionError("a bug")
 
-    def receive(self, **kwargs: Any) -> list[Any]:
+    def receive_columns(self, **kwargs: Any) -> list[Any]:
         self.calls.append(("receive", kwargs))
         return []
 

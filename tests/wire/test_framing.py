@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lamina.engine.errors import LaminaError, ProtocolError
 from lamina.engine.records import cbor_head as encode_head
-from lamina.engine.results import Delivery, Sent
+from lamina.engine.results import Delivery, FirstDeliveries, Sent
 from lamina.wire.framing import (
     COLLECT_BODY_BYTES,
     MAX_NESTING_DEPTH,
@@ -548,6 +548,20 @@ def test_the_engines_deliveries_are_spliced_as_their_tuples_would_be(count: int)
     assert encode_receive_response(3, deliveries) == encode_receive_response(3, items)
     assert encode_receive_response(3, deliveries) == frame(expected_receive_body(3, items))
     assert sum(map(delivery_size, deliveries)) == sum(map(delivery_size, items))
+
+
+@settings(max_examples=200)
+@given(request_ids, st.lists(records, min_size=1, max_size=30), st.one_of(edge_ints, ints),
+       st.one_of(edge_ints, ints))
+def test_first_deliveries_are_spliced_from_their_columns_as_their_tuples_would_be(
+        request_id: int, stored: list[bytes], first: int, next_visible: int) -> None:
+    receipts = [bytes([n % 256]) * 41 for n in range(len(stored))]
+    columns = FirstDeliveries(stored, receipts, first, next_visible)
+    items = [DeliveryFrame(record, receipt, 1, first, next_visible)
+             for record, receipt in zip(stored, receipts)]
+    assert encode_receive_response(request_id, columns) == frame(
+        expected_receive_body(request_id, items))
+    assert columns._made is None  # spliced without a Delivery object each
 
 
 @pytest.mark.parametrize("count", [0, 1, 23, 24, 255, 256])
