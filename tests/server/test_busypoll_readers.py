@@ -60,8 +60,9 @@ def test_a_read_caught_while_polling_makes_the_window_its_readers() -> None:
 
     taken = _run_window(poll, clocks, [read])
     # The consumer's read was caught; the window then followed the consumer's policy (none):
-    # it ended at the next idle checkpoint instead of polling 100 µs more.
-    assert poll.caught == 1 and taken == 2
+    # it ended at the checkpoint that saw the read, neither polling 100 µs more nor taking
+    # one more pass of the scheduler for nothing.
+    assert poll.caught == 1 and taken == 1 and poll.wasted_cpu_s == 0
 
 
 async def test_a_server_polls_after_the_reads_of_the_connection_that_is_answered_soon(
@@ -82,3 +83,49 @@ async def test_a_server_polls_after_the_reads_of_the_connection_that_is_answered
         # one policy for both would poll on after every read of the second for nothing.
         assert poll.caught >= EPOCH // 2
         assert poll.wasted_cpu_s < rounds * 300 * US
+
+
+def test_of_two_reads_after_a_third_in_either_order_only_the_second_is_not_polled_after(
+        ) -> None:
+    # Rule 7: W3's consumer re-issues its long poll on one connection and deletes on another,
+    # in either order, after each send: a window pays after the first of the two, not after
+    # the second. One policy per connection saw half of each, and polled after both.
+    clocks = FakeClocks()
+    poll = _poll_with(clocks)
+    producer, receives, deletes = poll.reader_kick(), poll.reader_kick(), poll.reader_kick()
+    armed: list[tuple[bool, bool, bool]] = []
+    for round_ in range(6 * EPOCH):
+        first, second = (receives, deletes) if round_ % 2 else (deletes, receives)
+        after = []
+        for kick, gap_after_us in ((producer, 20), (first, 20), (second, 400)):
+            kick()
+            clocks.work(10 * US)
+            after.append(poll.polling)
+            poll._polling = False  # the window itself is not run here
+            clocks.idle(gap_after_us * US)
+        armed.append((after[0], after[1], after[2]))
+    assert armed[-2:] == [(True, True, False)] * 2
+
+
+async def test_a_server_does_not_poll_after_the_last_of_a_consumers_two_reads(
+        tmp_path: Path) -> None:
+    rounds = 4 * EPOCH + 16
+    async with running_server(tmp_path, busy_poll_us=5000) as server:
+        def producer_and_consumer() -> None:
+            with Client.connect("127.0.0.1", server.port) as producer, \
+                    Client.connect("127.0.0.1", server.port) as receives, \
+                    Client.connect("127.0.0.1", server.port) as deletes:
+                for round_ in range(rounds):
+                    producer.ping()
+                    first, second = (receives, deletes) if round_ % 2 else (deletes, receives)
+                    first.ping()  # right after the producer's answer
+                    second.ping()  # right after the first's
+                    time.sleep(0.01)  # two windows apart
+        await trio.to_thread.run_sync(producer_and_consumer)
+        await trio.sleep(0.05)
+        poll = server.busy_poll
+        # Windows after the producer's reads and after the first of the other two catch the
+        # next read; none follows the second: one policy per connection (half its reads
+        # followed by a short gap, half by a long one) polled a window of 1.9 ms after it.
+        assert poll.caught >= EPOCH
+        assert poll.wasted_cpu_s < rounds * 500 * US
