@@ -33,12 +33,13 @@ and to who read last (rule 6):
 4. The window counts from the moment the server goes idle (nothing left to run), not from
    the read, so a request's own work does not use it up; a read while polling starts it
    again, with the window of its reader's policy (none: polling ends at once, not after one
-   more pass of the scheduler). Polling is one task taking checkpoints: while it is runnable trio polls the sockets
-   without blocking, and every other task runs as usual in between (a reader woken by its
-   bytes, the applier, the timer). It never delays them by more than one task step. The
-   loop's thread spending more than ``WORK_GAP_S`` of CPU time between two of its
-   checkpoints means other tasks ran: the server was not idle. (CPU time, not wall time: a
-   loop preempted by other processes did no work, and must not poll on for it.)
+   more pass of the scheduler). Polling is one task taking checkpoints: while it is
+   runnable trio polls the sockets without blocking, and every other task runs as usual in
+   between (a reader woken by its bytes, the applier, the timer). It never delays them by
+   more than one task step. The loop's thread spending more than ``WORK_GAP_S`` of CPU time
+   between two of its checkpoints means other tasks ran: the server was not idle. (CPU
+   time, not wall time: a loop preempted by other processes did no work, and must not poll
+   on for it.)
 5. ``--busy-poll-us 0`` turns it off: the task returns at once and ``kick`` does nothing.
 6. Each reader (a connection: ``reader_kick``) has a policy of its own, fed the gaps that
    followed its reads: the window after a read is chosen from what came after that reader's
@@ -50,11 +51,12 @@ and to who read last (rule 6):
 7. A reader's policy depends on the read just before too: a read that came soon after
    another reader's (a gap a window could catch, or caught) has a policy per reader it
    followed (``ReaderPolicies``, up to ``CONTEXTS`` of them, the rest sharing the reader's
-   own), a read after a longer idle spell its reader's own. A consumer with two connections
-   (W3: the long poll re-issued on one, the delete on the other, in either order) sends two
-   reads after each send that wakes it: whichever comes second is followed by a long idle
-   spell, whichever first by a short one, so one policy per connection saw half of each and
-   polled a window for nothing after the second; keyed by the read before, each is told apart.
+   own); a read after a longer idle spell, or after its own reader's, has its reader's own.
+   A consumer with two connections (its long poll re-issued on one, its deletes on the
+   other, in either order) sends two reads after each send that wakes it: whichever comes
+   second is followed by a long idle spell, whichever first by a short one, so one policy
+   per connection saw half of each and polled a window for nothing after the second; keyed
+   by the read before, the two are told apart.
 
 A read that comes while the server is busy (an idle spell under ``MIN_GAP_S``) is no
 observation: polling would neither have cost nor saved anything for it.
