@@ -32,12 +32,14 @@ and to who read last (rule 6):
    gap includes the wake-up's delay: the rule leans to sleeping, never to polling.)
 4. The window counts from the moment the server goes idle (nothing left to run), not from
    the read, so a request's own work does not use it up; a read while polling starts it
-   again. Polling is one task taking checkpoints: while it is runnable trio polls the sockets
-   without blocking, and every other task runs as usual in between (a reader woken by its
-   bytes, the applier, the timer). It never delays them by more than one task step. The
-   loop's thread spending more than ``WORK_GAP_S`` of CPU time between two of its
-   checkpoints means other tasks ran: the server was not idle. (CPU time, not wall time: a
-   loop preempted by other processes did no work, and must not poll on for it.)
+   again, with the window of its reader's policy (none: polling ends at once, not after one
+   more pass of the scheduler). Polling is one task taking checkpoints: while it is
+   runnable trio polls the sockets without blocking, and every other task runs as usual in
+   between (a reader woken by its bytes, the applier, the timer). It never delays them by
+   more than one task step. The loop's thread spending more than ``WORK_GAP_S`` of CPU time
+   between two of its checkpoints means other tasks ran: the server was not idle. (CPU
+   time, not wall time: a loop preempted by other processes did no work, and must not poll
+   on for it.)
 5. ``--busy-poll-us 0`` turns it off: the task returns at once and ``kick`` does nothing.
 6. Each reader (a connection: ``reader_kick``) has a policy of its own, fed the gaps that
    followed its reads: the window after a read is chosen from what came after that reader's
@@ -46,6 +48,15 @@ and to who read last (rule 6):
    polling pays, after the last of the consumer's it does not, and one policy for both would
    poll after every read or after none. One connection of round trips gets what one policy
    for all would give it. Reads without a reader of their own (the SQS gateway's) share one.
+7. A reader's policy depends on the read just before too: a read that came soon after
+   another reader's (a gap a window could catch, or caught) has a policy per reader it
+   followed (``ReaderPolicies``, up to ``CONTEXTS`` of them, the rest sharing the reader's
+   own); a read after a longer idle spell, or after its own reader's, has its reader's own.
+   A consumer with two connections (its long poll re-issued on one, its deletes on the
+   other, in either order) sends two reads after each send that wakes it: whichever comes
+   second is followed by a long idle spell, whichever first by a short one, so one policy
+   per connection saw half of each and polled a window for nothing after the second; keyed
+   by the read before, the two are told apart.
 
 A read that comes while the server is busy (an idle spell under ``MIN_GAP_S``) is no
 observation: polling would neither have cost nor saved anything for it.
@@ -54,6 +65,7 @@ observation: polling would neither have cost nor saved anything for it.
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from typing import Awaitable, Callable
 
@@ -61,8 +73,8 @@ import trio
 
 from lamina.wire.protocol import MAX_BUSY_POLL_US
 
-__all__ = ["BUCKETS", "BusyPoll", "DEFAULT_BUSY_POLL_US", "EPOCH", "MAX_BUSY_POLL_US",
-           "PollPolicy"]
+__all__ = ["BUCKETS", "BusyPoll", "CONTEXTS", "DEFAULT_BUSY_POLL_US", "EPOCH",
+           "MAX_BUSY_POLL_US", "PollPolicy", "ReaderPolicies"]
 
 #: The default longest window, and the price of a wake-up (rule 1): long enough for a client
 #: on the other CPU to turn an answer into its next request (a Python client takes 30-60 µs).
@@ -84,6 +96,9 @@ EPOCH = 32
 TIE_SLACK = 0.25
 #: Shorter idle spells before a read are no observation (the server was busy).
 MIN_GAP_S = 1e-6
+#: Rule 7: the readers followed closely that a reader keeps a policy for (each a few hundred
+#: bytes, made on the first such read); reads after others share the reader's own policy.
+CONTEXTS = 4
 
 
 class PollPolicy:
@@ -136,6 +151,30 @@ class PollPolicy:
         self._seen = 0
 
 
+class ReaderPolicies:
+    """Rule 7: one reader's policies: its own (``alone``: reads after an idle spell, or after
+    readers past the first ``CONTEXTS``) and one per reader its reads came soon after."""
+
+    __slots__ = ("serial", "alone", "_after")
+
+    def __init__(self, serial: int, max_window_s: float) -> None:
+        self.serial = serial  # keys other readers' policies: no reference to this one is kept
+        self.alone = PollPolicy(max_window_s)
+        self._after: dict[int, PollPolicy] = {}
+
+    def after(self, previous: ReaderPolicies | None) -> PollPolicy:
+        """The policy of a read that came soon after one of ``previous`` (None: after an idle
+        spell, or a read without a reader of its own)."""
+        if previous is None or previous is self:
+            return self.alone
+        policy = self._after.get(previous.serial)
+        if policy is None:
+            if len(self._after) >= CONTEXTS:
+                return self.alone
+            policy = self._after[previous.serial] = PollPolicy(self.alone.max_window_s)
+        return policy
+
+
 class BusyPoll:
     """``kick()`` when a request's bytes arrive (a connection after every read; the SQS gateway
     once per request, on its first bytes); ``run()`` is the polling task (rules 3-5).
@@ -154,6 +193,9 @@ class BusyPoll:
         #: the gap that follows), and while polling that of the read before a caught one.
         self._last = self.policy
         self._caught_after = self.policy
+        #: Rule 7: the reader of the last read (None: one without a reader of its own).
+        self._last_reader: ReaderPolicies | None = None
+        self._serials = itertools.count()
         # Rule 3, asleep: a mark to tell how long the server was idle before a read (a moment
         # and the loop's CPU time then). Idle since = wall time since it - CPU time used since.
         self._mark_s, self._mark_cpu_s = clock(), cpu_clock()
@@ -178,27 +220,31 @@ class BusyPoll:
         return self._polling
 
     def reader_kick(self) -> Callable[[], None]:
-        """``kick`` for one reader (a connection), with a policy of its own (rule 6)."""
-        return functools.partial(self.kick, PollPolicy(self.window_s))
+        """``kick`` for one reader (a connection), with policies of its own (rules 6, 7)."""
+        return functools.partial(self.kick, ReaderPolicies(next(self._serials), self.window_s))
 
-    def kick(self, policy: PollPolicy | None = None) -> None:
-        """Bytes were read (by the reader of ``policy``; None: one without a policy of its
-        own): observe the gap before them (rule 3) for the read before, and poll once the
-        server is idle again if this reader's policy says so (rule 6)."""
+    def kick(self, reader: ReaderPolicies | None = None) -> None:
+        """Bytes were read (by ``reader``; None: one without policies of its own): observe
+        the gap before them (rule 3) for the read before, and poll once the server is idle
+        again if the policy of this reader after the last read's says so (rules 6, 7)."""
         if not self.window_s:
             return
-        if policy is None:
-            policy = self.policy
         if self._polling:
             self._read = True  # the polling task observes its gap
+            policy = self.policy if reader is None else reader.after(self._last_reader)
             self._caught_after, self._last = self._last, policy
+            self._last_reader = reader
             return
         now, now_cpu = self._clock(), self._cpu_clock()
         idle_s = (now - self._mark_s) - (now_cpu - self._mark_cpu_s)
         self._mark_s, self._mark_cpu_s = now, now_cpu
         if idle_s >= MIN_GAP_S:
             self._last.observe(idle_s)
-        self._last = policy
+        if reader is None:
+            policy = self.policy
+        else:  # rule 7: after an idle spell no window could span, the reader's own
+            policy = reader.after(self._last_reader if idle_s < self.window_s else None)
+        self._last, self._last_reader = policy, reader
         if policy.window_s:
             self._polling = True
             self.windows += 1
@@ -236,6 +282,9 @@ class BusyPoll:
                 gap_s = last_now - idle_since  # idle until the read's task ran
                 if gap_s >= MIN_GAP_S:
                     self._caught_after.observe(gap_s)
+                if not self._last.window_s:  # its reader's policy polls no more: sleep now
+                    self._mark_s, self._mark_cpu_s = now, now_cpu
+                    return
                 idle_since = now
                 since_read_cpu_s = 0.0
             elif worked > WORK_GAP_S:  # other tasks ran: not idle

@@ -60,25 +60,74 @@ def test_a_read_caught_while_polling_makes_the_window_its_readers() -> None:
 
     taken = _run_window(poll, clocks, [read])
     # The consumer's read was caught; the window then followed the consumer's policy (none):
-    # it ended at the next idle checkpoint instead of polling 100 µs more.
-    assert poll.caught == 1 and taken == 2
+    # it ended at the checkpoint that saw the read, neither polling 100 µs more nor taking
+    # one more pass of the scheduler for nothing.
+    assert poll.caught == 1 and taken == 1 and poll.wasted_cpu_s == 0
+
+
+async def _pinged_in_rounds(tmp_path: Path, rounds: int, pause_s: float,
+                            order: Callable[[int, list[Client]], list[Client]]) -> BusyPoll:
+    """A server polling windows of up to 5 ms, three clients pinging it in ``rounds``, each
+    ping right after the answer of the one before, in the ``order`` of each round, then a
+    pause; -> the server's busy polling, its counters as it ended."""
+    async with running_server(tmp_path, busy_poll_us=5000) as server:
+        def clients() -> None:
+            with Client.connect("127.0.0.1", server.port) as first, \
+                    Client.connect("127.0.0.1", server.port) as second, \
+                    Client.connect("127.0.0.1", server.port) as third:
+                for round_ in range(rounds):
+                    for client in order(round_, [first, second, third]):
+                        client.ping()
+                    time.sleep(pause_s)
+        await trio.to_thread.run_sync(clients)
+        await trio.sleep(0.05)
+        return server.busy_poll
 
 
 async def test_a_server_polls_after_the_reads_of_the_connection_that_is_answered_soon(
         tmp_path: Path) -> None:
     rounds = 2 * EPOCH + 16
-    async with running_server(tmp_path, busy_poll_us=5000) as server:
-        def producer_and_consumer() -> None:
-            with Client.connect("127.0.0.1", server.port) as first, \
-                    Client.connect("127.0.0.1", server.port) as second:
-                for _ in range(rounds):
-                    first.ping()
-                    second.ping()  # right after the first's answer
-                    time.sleep(0.02)  # four windows apart
-        await trio.to_thread.run_sync(producer_and_consumer)
-        await trio.sleep(0.05)
-        poll = server.busy_poll
-        # A window after the first's reads (catching the second's), none after the second's:
-        # one policy for both would poll on after every read of the second for nothing.
-        assert poll.caught >= EPOCH // 2
-        assert poll.wasted_cpu_s < rounds * 300 * US
+    # The second right after the first's answer; rounds four windows apart.
+    poll = await _pinged_in_rounds(tmp_path, rounds, 0.02, lambda _, clients: clients[:2])
+    # A window after the first's reads (catching the second's), none after the second's:
+    # one policy for both would poll on after every read of the second for nothing.
+    assert poll.caught >= EPOCH // 2
+    assert poll.wasted_cpu_s < rounds * 300 * US
+
+
+def test_of_two_reads_after_a_third_in_either_order_only_the_second_is_not_polled_after(
+        ) -> None:
+    # Rule 7: W3's consumer re-issues its long poll on one connection and deletes on another,
+    # in either order, after each send: a window pays after the first of the two, not after
+    # the second. One policy per connection saw half of each, and polled after both.
+    clocks = FakeClocks()
+    poll = _poll_with(clocks)
+    producer, receives, deletes = poll.reader_kick(), poll.reader_kick(), poll.reader_kick()
+    armed: list[tuple[bool, bool, bool]] = []
+    for round_ in range(6 * EPOCH):
+        first, second = (receives, deletes) if round_ % 2 else (deletes, receives)
+        after = []
+        for kick, gap_after_us in ((producer, 20), (first, 20), (second, 400)):
+            kick()
+            clocks.work(10 * US)
+            after.append(poll.polling)
+            poll._polling = False  # the window itself is not run here
+            clocks.idle(gap_after_us * US)
+        armed.append((after[0], after[1], after[2]))
+    assert armed[-2:] == [(True, True, False)] * 2
+
+
+async def test_a_server_does_not_poll_after_the_last_of_a_consumers_two_reads(
+        tmp_path: Path) -> None:
+    rounds = 4 * EPOCH + 16
+
+    def order(round_: int, clients: list[Client]) -> list[Client]:
+        producer, receives, deletes = clients  # the consumer's two, in either order
+        return [producer, receives, deletes] if round_ % 2 else [producer, deletes, receives]
+
+    poll = await _pinged_in_rounds(tmp_path, rounds, 0.01, order)  # two windows apart
+    # Windows after the producer's reads and after the first of the other two catch the
+    # next read; none follows the second: one policy per connection (half its reads
+    # followed by a short gap, half by a long one) polled a window of 1.9 ms after it.
+    assert poll.caught >= EPOCH
+    assert poll.wasted_cpu_s < rounds * 500 * US
