@@ -48,10 +48,10 @@ class Comparison:
         return "lamina" if lamina_wins else peer_name
 
     def to_json(self, peer_name: str) -> dict[str, Any]:
-        ratio = self.ratio
+        ratio = self.ratio  # given to 4 significant digits: a small ratio keeps its precision
         return {"workload": self.workload, "fsync": self.fsync, "figure": self.figure,
                 "unit": self.unit, "lamina": self.lamina, peer_name: self.peer,
-                "ratio": None if math.isnan(ratio) else round(ratio, 4),
+                "ratio": None if math.isnan(ratio) else float(f"{ratio:.4g}"),
                 "better": self.better(peer_name) or None}
 
 
