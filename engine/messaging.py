@@ -166,22 +166,28 @@ class MessagingOps:
             results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
             unsaved = q.unsaved_deletes
+            counters = core._counters
+            moved = None  # held receive figures moved to the watermarks row (counters.py)
+            day = now // DAY_MS
             if deleted:  # unsaved until we know whether the watermarks row is written
-                day = now // DAY_MS
                 if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
-                    core._counters.save_deletes(q)
+                    counters.save_deletes(q)
                     core._persist_watermarks(q)
                 q.unsaved_day = day
                 unsaved[t.id] = unsaved.get(t.id, 0) + deleted
+                if counters.unsaved:  # into the watermarks row too, if it is written
+                    moved = counters.hold_in_watermarks(q, t, day)
             gone = q.gone_seq
             core._settle(q, now)
             if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
+                if moved is not None:
+                    counters.unhold(q, t, day, moved)
                 left = unsaved[t.id] - deleted
                 if left:
                     unsaved[t.id] = left
                 else:
                     del unsaved[t.id]
-                core._counters.count(q.id, t.id, DELETED, deleted)
+                counters.count(q.id, t.id, DELETED, deleted)
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
             # reclaiming drops both; the watermarks row written with them says so. So the

@@ -88,7 +88,7 @@ def test_a_version_3_directory_opens_unchanged_and_its_tags_count_on(tmp_path, c
             meta[key] = value[:56]
         del meta
     with Engine.open(path, clock=clock) as engine:
-        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(4)
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(5)
         assert figures(engine) == before
         engine.receive("q", max=2)  # counted at once (no mark yet), then held back
         engine.receive("q", max=2)
