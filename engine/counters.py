@@ -193,7 +193,7 @@ class Counters:
         q.unsaved_received.clear()
 
     def hold_in_watermarks(self, q: QueueState, t: TagState,
-                           day: int) -> tuple[list[int], list[int] | None] | None:
+                           day: int) -> tuple[list[int], int] | None:
         """A delete whose count goes to the watermarks row (it raises ``gone_seq``) takes
         the receives held back there too, when they are all the tag's, of ``day`` (the
         usual consumer: a receive, then its delete), with a mark of the tag's next lease
@@ -202,30 +202,35 @@ class Counters:
         day moves nothing: it writes today's row, which drops the row of the day past the
         ``KEEP_DAYS`` kept (``_load``)."""
         unsaved = self.unsaved
-        row_key = (q.id, t.id, day)
-        if len(unsaved) != 1 or row_key not in unsaved or row_key not in self._rows:
+        if len(unsaved) != 1:
             return None
-        held = unsaved.pop(row_key)
+        row_key = (q.id, t.id, day)
+        held = unsaved.get(row_key)
+        if held is None or row_key not in self._rows:
+            return None
+        unsaved.clear()  # it held that one entry
         received = q.unsaved_received
         figures = received.get(t.id)
         if figures is None:
             received[t.id] = [held[0], held[1], t.lease_counter]
-            return held, None
-        before = figures[:]
+            return held, -1
+        mark = figures[2]
         figures[0] += held[0]
         figures[1] += held[1]
         figures[2] = t.lease_counter
-        return held, before
+        return held, mark
 
-    def unhold(self, q: QueueState, t: TagState, day: int,
-               moved: tuple[list[int], list[int] | None]) -> None:
+    def unhold(self, q: QueueState, t: TagState, day: int, moved: tuple[list[int], int]) -> None:
         """Undo ``hold_in_watermarks`` (the delete did not raise ``gone_seq`` after all)."""
-        held, before = moved
+        held, mark = moved
         self.unsaved[q.id, t.id, day] = held
-        if before is None:
+        if mark < 0:
             del q.unsaved_received[t.id]
         else:
-            q.unsaved_received[t.id] = before
+            figures = q.unsaved_received[t.id]
+            figures[0] -= held[0]
+            figures[1] -= held[1]
+            figures[2] = mark
 
     def tag_created(self, q: QueueState, tag: int) -> None:
         """A tag without a filter was created: today's sends so far are sends it did not
