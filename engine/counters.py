@@ -33,6 +33,12 @@ the same batch. Opening counts them again from those rows and the records' sizes
 (``tag_loaded``), so the figures are exact after a kill. A tag holds its figures back only
 once a row of it with a mark is on disk (rows of schema version 3 have none: its next
 receive writes one).
+
+An in-order delete (one that writes the watermarks row, above) takes the held figures there
+instead of to the rows when they are all its tag's and of its day (``hold_in_watermarks``,
+schema version 5): ``QueueState.unsaved_received`` holds them with a mark of its own, the
+tag's next lease number, so the highest mark above is that of the rows and the watermarks
+row together. They go to the rows with the deletes (``save_deletes``).
 """
 
 from __future__ import annotations
