@@ -88,11 +88,13 @@ class MessagingOps:
                                               MAX_VISIBILITY_S)
             core._advance(q, now)
             deliveries: list[Delivery] = []
-            rows, in_line, settled = 0, False, False
+            counters = core._counters
+            rows, held, settled = 0, False, False
             if not nothing_to_deliver(q, t, now):
                 first = lease_first(core, q, t, now, visibility_ms) if count == 1 else None
                 if first is not None:  # the commonest receive of one, as the Lessor does it
-                    deliveries, rows, in_line = [first], 1, True
+                    deliveries, rows = [first], 1
+                    held = counters.received(q.id, t.id, 1, len(first.record), True)
                     # Leased at ``gone_seq`` (a queue consumed in order): the tag's floor is
                     # there, so settling could not raise ``gone_seq`` (``_settle_queue``
                     # stops at it); a DLQ's sources are settled all the same.
@@ -100,10 +102,10 @@ class MessagingOps:
                                and not core._dead_sources.get(q.id))
                 else:
                     lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
-                    deliveries, rows, in_line = lessor.run(), lessor.rows, lessor.first_in_line
-            counters = core._counters
-            held = bool(deliveries) and counters.received(
-                q.id, t.id, len(deliveries), sum([len(d.record) for d in deliveries]), in_line)
+                    deliveries, rows = lessor.run(), lessor.rows
+                    held = bool(deliveries) and counters.received(
+                        q.id, t.id, len(deliveries), sum([len(d.record) for d in deliveries]),
+                        lessor.first_in_line)
             if not settled:
                 core._settle(q, now)
             if held and core._store.pending == rows:
