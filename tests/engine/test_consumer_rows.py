@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from lamina.engine import Engine, keys
+from lamina.engine import Engine, Unavailable, keys
 from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.state import QueueState
 from tests.engine.test_lease_deadlines import raw_store
@@ -187,3 +187,31 @@ def test_a_consumers_figures_are_exact_after_a_killed_process(tmp_path):
     with Engine.open(path, clock=FakeClock(before["now"])) as engine:
         assert {tag or "queue": engine.stats("q", tag=tag)
                 for tag in (None, "default", "other")} == before["stats"]
+
+
+def test_a_failed_in_order_delete_leaves_the_receives_held_as_they_were(tmp_path, clock):
+    from tests.engine.test_write_failures import break_store
+
+    path = tmp_path / "data"
+    engine = Engine.open(path, clock=clock)
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"m%02d" % i for i in range(10)])
+    clock.advance(1)
+    engine.delete("q", [d.receipt for d in engine.receive("q")])
+    (delivery,) = engine.receive("q")  # held back
+    before = figures(engine)
+    store = engine._store
+    broken = store.db
+    break_store(engine)
+    with pytest.raises(Unavailable):
+        engine.delete("q", [delivery.receipt])  # would take them into the watermarks row
+    store.db = broken  # as if the store were reopened
+    assert figures(engine) == before
+    assert engine.delete("q", [delivery.receipt]) == [None]
+    after = figures(engine)
+    assert after[0][1:] == (2, before[0][2], 2)
+    shutil.copytree(path, tmp_path / "killed")
+    engine.close()
+    for directory in (tmp_path / "killed", path):
+        with Engine.open(directory, clock=clock) as again:
+            assert figures(again) == after
