@@ -37,7 +37,8 @@ Run the benchmark workloads against a Lamina server and report throughput, laten
   w3    latency: 2,000 msg/s paced for 10 s, one long-polling consumer (p99 1.5 ms)
   w4    round trips: 20,000 awaited sends, then receive 1 + delete 1 (8,000 / 5,000 per s)
   idle  1,000 idle connections: the server's memory growth             (100 MB)
-  cost  the server's CPU per request of each kind (ping, send/receive/delete of 1 and 16)
+  cost  the server's CPU per request of each kind (ping, send/receive/delete of 1 and 16,
+        and a receive of 1 with its delete: a pair)
 
 By default every run starts its own `lamina serve` on a fresh temporary directory (with
 --fsync if given) and stops it after; --server HOST:PORT uses a running one instead.

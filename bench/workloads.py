@@ -480,6 +480,10 @@ def run_cost(run: Run, params: Params) -> WorkloadResult:
                 check_results(client.delete(queue, batch), "delete")
             return delete
 
+        def pair() -> None:  # a consumer of one message at a time (W3's, W4's)
+            leased.extend(client.receive(queue, max=1, wait=0))
+            check_results(client.delete(queue, [leased.pop()]), "delete")
+
         for size in (1, 16):
             entries = [body] * size
             leased: list[Any] = []
@@ -487,6 +491,10 @@ def run_cost(run: Run, params: Params) -> WorkloadResult:
             measure(f"send {size}", lambda: check_results(client.send(queue, entries), "send"))
             measure(f"receive {size}", receiving(size))
             measure(f"delete {size}", deleting(size))
+            if size == 1:  # the receives above took the messages sent: send as many again
+                for _ in range(0, count, 16):
+                    check_results(client.send(queue, [body] * 16), "send")
+                measure("receive 1 + its delete", pair)
     result.notes.append("CPU times are read from /proc before and after each kind; other "
                         "processes on the machine inflate them (caches, context switches)")
     _drop_queue(run, queue)

@@ -64,9 +64,9 @@ from .validation import check_name
 
 log = logging.getLogger("lamina.engine")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Schema versions this engine migrates on open (docs/STORAGE.md "Schema versions").
-MIGRATES_FROM = (1, 2, 3)
+MIGRATES_FROM = (1, 2, 3, 4)
 SEGMENT_MAX_MESSAGES = 65536
 SEGMENT_MAX_BYTES = 64 << 20
 SEGMENT_MAX_AGE_MS = 3600_000
@@ -133,7 +133,9 @@ class EngineCore(StoreRecovery):
             # read as they are. Version 4 reads a ``leases`` row below ``gone_seq`` as
             # deleted and a sparse time index, and adds a mark to the counter rows of tags
             # (docs/STORAGE.md, counters.py): version 3's rows are valid as they are, so
-            # migrating from it is writing the version.
+            # migrating from it is writing the version. Version 5 lets the watermarks row
+            # hold receive figures as well, in a layout of its own (flagged in the row):
+            # version 4's rows are read as they are.
             store.drop_legacy_families()
             if version is not None and found < 3:
                 migrate_tag_rows(store)

@@ -33,6 +33,12 @@ the same batch. Opening counts them again from those rows and the records' sizes
 (``tag_loaded``), so the figures are exact after a kill. A tag holds its figures back only
 once a row of it with a mark is on disk (rows of schema version 3 have none: its next
 receive writes one).
+
+An in-order delete (one that writes the watermarks row, above) takes the held figures there
+instead of to the rows when they are all its tag's and of its day (``hold_in_watermarks``,
+schema version 5): ``QueueState.unsaved_received`` holds them with a mark of its own, the
+tag's next lease number, so the highest mark above is that of the rows and the watermarks
+row together. They go to the rows with the deletes (``save_deletes``).
 """
 
 from __future__ import annotations
@@ -137,6 +143,9 @@ class Counters:
                 mark = max(mark, _MARKED_ROW.unpack(value)[7])
         if mark < 0:
             return
+        figures = q.unsaved_received.get(t.id)  # the watermarks row's mark
+        if figures is not None and figures[2] > mark:
+            mark = figures[2]
         self._marked.add((q.id, t.id))
         for seq, lease in t.leases.items():
             if lease.state == LEASED and lease.count == 1 and lease.number >= mark:
@@ -178,12 +187,56 @@ class Counters:
         day past the ``KEEP_DAYS`` kept are dropped, as its rows were."""
         if q.unsaved_day <= self._context._now // DAY_MS - KEEP_DAYS:
             q.unsaved_deletes.clear()
+            q.unsaved_received.clear()
         for tag, deleted in q.unsaved_deletes.items():
             row_key = (q.id, tag, q.unsaved_day)
             row = self._rows.get(row_key) or self._load(row_key)
             row[DELETED] += deleted
             self.dirty.add(row_key)
+        for tag, (received, bytes_out, _) in q.unsaved_received.items():
+            self.count(q.id, tag, RECEIVED, received, BYTES_OUT, bytes_out, q.unsaved_day)
         q.unsaved_deletes.clear()
+        q.unsaved_received.clear()
+
+    def hold_in_watermarks(self, q: QueueState, t: TagState,
+                           day: int) -> tuple[list[int], int] | None:
+        """A delete whose count goes to the watermarks row (it raises ``gone_seq``) takes
+        the receives held back there too, when they are all the tag's, of ``day`` (the
+        usual consumer: a receive, then its delete), with a mark of the tag's next lease
+        number: nothing is held back after it (module docstring). -> what ``unhold``
+        needs to undo it, or None when nothing moved. The tag's first such delete of a
+        day moves nothing: it writes today's row, which drops the row of the day past the
+        ``KEEP_DAYS`` kept (``_load``)."""
+        unsaved = self.unsaved
+        if len(unsaved) != 1:
+            return None
+        row_key = (q.id, t.id, day)
+        held = unsaved.get(row_key)
+        if held is None or row_key not in self._rows:
+            return None
+        unsaved.clear()  # it held that one entry
+        received = q.unsaved_received
+        figures = received.get(t.id)
+        if figures is None:
+            received[t.id] = [held[0], held[1], t.lease_counter]
+            return held, -1
+        mark = figures[2]
+        figures[0] += held[0]
+        figures[1] += held[1]
+        figures[2] = t.lease_counter
+        return held, mark
+
+    def unhold(self, q: QueueState, t: TagState, day: int, moved: tuple[list[int], int]) -> None:
+        """Undo ``hold_in_watermarks`` (the delete did not raise ``gone_seq`` after all)."""
+        held, mark = moved
+        self.unsaved[q.id, t.id, day] = held
+        if mark < 0:
+            del q.unsaved_received[t.id]
+        else:
+            figures = q.unsaved_received[t.id]
+            figures[0] -= held[0]
+            figures[1] -= held[1]
+            figures[2] = mark
 
     def tag_created(self, q: QueueState, tag: int) -> None:
         """A tag without a filter was created: today's sends so far are sends it did not
@@ -272,6 +325,11 @@ class Counters:
             for tag_id, deleted in q.unsaved_deletes.items():
                 if tag is None or tag_id == tag.id:
                     totals.setdefault(day, [0] * len(FIELDS))[DELETED] += deleted
+            for tag_id, (received, bytes_out, _) in q.unsaved_received.items():
+                if tag is None or tag_id == tag.id:
+                    total = totals.setdefault(day, [0] * len(FIELDS))
+                    total[RECEIVED] += received
+                    total[BYTES_OUT] += bytes_out
         if tag is None or follows:
             for day, (sent, bytes_in) in q.unsaved_sends.items():
                 if first <= day <= today and day >= from_day:

@@ -94,7 +94,10 @@ class DueIndex:
             elif bucket is None or bucket not in seqs:  # none, or a one-seq group of another
                 continue
             del buckets[due_ms]
-            self.dues.remove(due_ms)
+            if buckets:
+                self.dues.remove(due_ms)
+            else:  # the last group (a consumer's lone lease, usually): cheaper than a remove
+                self.dues.clear()
 
     def discard(self, due_ms: int, seq: int) -> None:
         buckets = self.buckets
@@ -110,7 +113,10 @@ class DueIndex:
         elif bucket != seq:
             return  # a one-seq group of another seq
         del buckets[due_ms]
-        self.dues.remove(due_ms)
+        if buckets:
+            self.dues.remove(due_ms)
+        else:
+            self.dues.clear()
 
     def first_due_after(self, time_ms: int) -> int | None:
         """The earliest due time later than ``time_ms``, or None."""

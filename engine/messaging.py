@@ -97,22 +97,29 @@ class MessagingOps:
                                               MAX_VISIBILITY_S)
             core._advance(q, now)
             deliveries: list[Delivery] | FirstDeliveries = []
-            rows, in_line = 0, False
+            counters = core._counters
+            rows, held, settled = 0, False, False
             if not nothing_to_deliver(q, t, now):
                 first = lease_first(core, q, t, now, visibility_ms) if count == 1 else None
                 if first is not None:  # the commonest receive of one, as the Lessor does it
-                    deliveries, rows, in_line = [first], 1, True
+                    deliveries, rows = [first], 1
+                    held = counters.received(q.id, t.id, 1, len(first.record), True)
+                    # Leased at ``gone_seq`` (a queue consumed in order): the tag's floor is
+                    # there, so settling could not raise ``gone_seq`` (``_settle_queue``
+                    # stops at it); a DLQ's sources are settled all the same.
+                    settled = (unpack_claim(first.receipt)[0] <= q.gone_seq
+                               and not core._dead_sources.get(q.id))
                 else:
                     lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
-                    deliveries, rows, in_line = lessor.run(), lessor.rows, lessor.first_in_line
-            counters = core._counters
-            if deliveries.__class__ is FirstDeliveries:
-                record_bytes = deliveries.record_bytes()
-            else:
-                record_bytes = sum([len(d.record) for d in deliveries])
-            held = bool(deliveries) and counters.received(
-                q.id, t.id, len(deliveries), record_bytes, in_line)
-            core._settle(q, now)
+                    deliveries, rows = lessor.run(), lessor.rows
+                    if deliveries.__class__ is FirstDeliveries:
+                        record_bytes = deliveries.record_bytes()
+                    else:
+                        record_bytes = sum([len(d.record) for d in deliveries])
+                    held = bool(deliveries) and counters.received(
+                        q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
+            if not settled:
+                core._settle(q, now)
             if held and core._store.pending == rows:
                 # The batch holds this receive's lease rows alone (and perhaps the tag's row):
                 # the figures held back can be found again from them at open.
@@ -179,22 +186,28 @@ class MessagingOps:
             results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
             unsaved = q.unsaved_deletes
+            counters = core._counters
+            moved = None  # held receive figures moved to the watermarks row (counters.py)
+            day = now // DAY_MS
             if deleted:  # unsaved until we know whether the watermarks row is written
-                day = now // DAY_MS
                 if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
-                    core._counters.save_deletes(q)
+                    counters.save_deletes(q)
                     core._persist_watermarks(q)
                 q.unsaved_day = day
                 unsaved[t.id] = unsaved.get(t.id, 0) + deleted
+                if counters.unsaved:  # into the watermarks row too, if it is written
+                    moved = counters.hold_in_watermarks(q, t, day)
             gone = q.gone_seq
             core._settle(q, now)
             if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
+                if moved is not None:
+                    counters.unhold(q, t, day, moved)
                 left = unsaved[t.id] - deleted
                 if left:
                     unsaved[t.id] = left
                 else:
                     del unsaved[t.id]
-                core._counters.count(q.id, t.id, DELETED, deleted)
+                counters.count(q.id, t.id, DELETED, deleted)
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
             # reclaiming drops both; the watermarks row written with them says so. So the

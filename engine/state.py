@@ -30,6 +30,11 @@ _WATERMARKS = struct.Struct(">QQQQQ")
 _UNSAVED_DAY = struct.Struct(">I")
 _UNSAVED_DELETES = struct.Struct(">IQ")  # tag, deletes
 _WATERMARKS_ONE_TAG = struct.Struct(">QQQQQIIQ")  # the five, the day, one tag's deletes
+# With receives held as well (schema version 5): the day's top bit set, and per tag its
+# deletes, receives, bytes out and mark.
+_FIGURES_FLAG = 1 << 31
+_UNSAVED_FIGURES = struct.Struct(">IQQQQ")  # tag, deletes, received, bytes out, mark
+_WATERMARKS_ONE_TAG_FIGURES = struct.Struct(">QQQQQIIQQQQ")
 _CURSORS = struct.Struct(">" + "Q" * (LANES + 8))
 # How far ahead of the next lease number a tag's row stores its counter (``encode_cursors``):
 # the row is written at least once per this many leases of the tag.
@@ -327,6 +332,11 @@ class QueueState:
     # by the watermarks row instead (counters.py), so a delete that raises ``gone_seq`` writes
     # one row for both.
     unsaved_deletes: dict[int, int] = field(default_factory=dict)
+    # Receives of day ``unsaved_day`` held back (counters.py) that an in-order delete put
+    # into the watermarks row, tag id -> [received, bytes out, mark]: every delivery of the
+    # tag numbered below the mark is counted in its rows or here (a tag here has its entry
+    # in ``unsaved_deletes``).
+    unsaved_received: dict[int, list[int]] = field(default_factory=dict)
     unsaved_day: int = 0
     oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 none
     segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
@@ -341,30 +351,56 @@ class QueueState:
 
     def encode_watermarks(self) -> bytes:
         """Five u64 watermarks; then, with unsaved deletes, their day (u32) and per tag its
-        id (u32) and count (u64)."""
+        id (u32) and count (u64); with unsaved receives as well, the day's top bit set and
+        per tag its id (u32), deletes, receives, bytes out and mark (u64 each)."""
         unsaved = self.unsaved_deletes
         if not unsaved:
             return _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
                                     self.purge_seq, self.next_topic_id)
+        received = self.unsaved_received
         if len(unsaved) == 1:  # the usual case: one tag's deletes raise gone_seq
             ((tag, count),) = unsaved.items()
-            return _WATERMARKS_ONE_TAG.pack(self.next_seq, self.expired_seq, self.gone_seq,
-                                            self.purge_seq, self.next_topic_id,
-                                            self.unsaved_day, tag, count)
-        pack = _UNSAVED_DELETES.pack
-        return b"".join((_WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
-                                          self.purge_seq, self.next_topic_id),
-                         _UNSAVED_DAY.pack(self.unsaved_day),
-                         *(pack(tag, count) for tag, count in unsaved.items())))
+            figures = received.get(tag) if received else None
+            if figures is not None and len(received) == 1:
+                return _WATERMARKS_ONE_TAG_FIGURES.pack(
+                    self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq,
+                    self.next_topic_id, self.unsaved_day | _FIGURES_FLAG, tag, count,
+                    *figures)
+            if not received:
+                return _WATERMARKS_ONE_TAG.pack(self.next_seq, self.expired_seq,
+                                                self.gone_seq, self.purge_seq,
+                                                self.next_topic_id, self.unsaved_day, tag,
+                                                count)
+        head = _WATERMARKS.pack(self.next_seq, self.expired_seq, self.gone_seq,
+                                self.purge_seq, self.next_topic_id)
+        if not received:
+            pack = _UNSAVED_DELETES.pack
+            return b"".join((head, _UNSAVED_DAY.pack(self.unsaved_day),
+                             *(pack(tag, count) for tag, count in unsaved.items())))
+        pack = _UNSAVED_FIGURES.pack
+        none = (0, 0, 0)
+        return b"".join((head, _UNSAVED_DAY.pack(self.unsaved_day | _FIGURES_FLAG),
+                         *(pack(tag, unsaved.get(tag, 0), *received.get(tag, none))
+                           for tag in unsaved.keys() | received.keys())))
 
     def decode_watermarks(self, value: bytes) -> None:
         (self.next_seq, self.expired_seq, self.gone_seq, self.purge_seq,
          self.next_topic_id) = _WATERMARKS.unpack_from(value)
         self.unsaved_deletes = {}
+        self.unsaved_received = {}
         if len(value) > _WATERMARKS.size:
-            (self.unsaved_day,) = _UNSAVED_DAY.unpack_from(value, _WATERMARKS.size)
-            self.unsaved_deletes = dict(_UNSAVED_DELETES.iter_unpack(
-                value[_WATERMARKS.size + _UNSAVED_DAY.size:]))
+            (day,) = _UNSAVED_DAY.unpack_from(value, _WATERMARKS.size)
+            entries = value[_WATERMARKS.size + _UNSAVED_DAY.size:]
+            self.unsaved_day = day & ~_FIGURES_FLAG
+            if not day & _FIGURES_FLAG:  # schema version 4's layout
+                self.unsaved_deletes = dict(_UNSAVED_DELETES.iter_unpack(entries))
+                return
+            for tag, deletes, received, bytes_out, mark in _UNSAVED_FIGURES.iter_unpack(
+                    entries):
+                if deletes:
+                    self.unsaved_deletes[tag] = deletes
+                if received or mark:
+                    self.unsaved_received[tag] = [received, bytes_out, mark]
 
     def tag_named(self, name: str) -> TagState | None:
         tag_id = self.tag_names.get(name.lower())

@@ -89,6 +89,7 @@ class TagOps:
             del q.tags[t.id]
             del q.tag_names[t.name.lower()]
             self._core._counters.forget(q.id, t.id)
+            q.unsaved_received.pop(t.id, None)  # held with its deletes
             if q.unsaved_deletes.pop(t.id, None) is not None:
                 self._core._persist_watermarks(q)
             self._core._advance(q, now)

@@ -51,20 +51,23 @@ def test_an_in_order_delete_of_one_writes_only_what_it_must_and_stays_deleted(tm
     held = [engine.receive("q")[0] for _ in range(4)]
     clock.advance(1)
     # In order: gone_seq passes each message as it is deleted. The watermarks row is
-    # written, holding the delete's count too; the lease row is left as the receive wrote it.
-    # The first delete also writes the tag's counter row with the receives held back
-    # (counters.py); the second has nothing else to write.
-    assert rows_written(engine, lambda: engine.delete("q", [held[0].receipt])) == 2
+    # written, holding the delete's count and its delivery's figures held back
+    # (counters.py); the lease row is left as the receive wrote it, the receives still
+    # held keep theirs.
+    assert rows_written(engine, lambda: engine.delete("q", [held[0].receipt])) == 1
     assert rows_written(engine, lambda: engine.delete("q", [held[1].receipt])) == 1
     assert lease_row(engine, 0).state == LEASED  # type: ignore[union-attr]
     # Out of order: gone_seq stays below it, so its row says deleted (peek's count).
     assert engine.delete("q", [held[3].receipt]) == [None]
     assert lease_row(engine, 3).state == ENDED_DELETED  # type: ignore[union-attr]
+    stats = engine.stats("q")
+    assert [(day["received"], day["deleted"]) for day in stats] == [(4, 3)]
     shutil.copytree(path, tmp_path / "killed")  # as a kill -9 leaves it
     engine.close()
     clock.advance(31_000)  # past the leases' deadline: a lease read back would be Active
     for directory in (tmp_path / "killed", path):
         with Engine.open(directory, clock=clock) as again:
+            assert again.stats("q") == stats  # the figures held back, exact
             assert [d.body for d in again.receive("q", max=10)] == [b"m2", b"m4", b"m5"]
             assert sum(day["deleted"] for day in again.stats("q")) == 3
             peeked = again.peek("q", start=0, max=10).messages
@@ -125,7 +128,7 @@ def test_no_delete_comes_back_after_a_killed_process(tmp_path):
         assert not verify(snapshot).findings
 
 
-def test_a_version_3_directory_opens_unchanged_and_is_marked_version_4(tmp_path, clock):
+def test_a_version_3_directory_opens_unchanged_and_is_marked_the_current_version(tmp_path, clock):
     from lamina.engine.core import SCHEMA_VERSION
     from tests.engine.test_lease_deadlines import raw_store
 
@@ -141,7 +144,7 @@ def test_a_version_3_directory_opens_unchanged_and_is_marked_version_4(tmp_path,
     with raw_store(path) as db:
         db.get_column_family("meta")[keys.META_VERSION] = keys.u32(3)
     with Engine.open(path, clock=clock) as engine:
-        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(4)
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(5)
         assert [engine.stats("q", tag) for tag in (None, "default", "other")] == before
         assert [d.body for d in engine.receive("q", max=10)] == [b"m2", b"m3", b"m4"]
 

@@ -88,7 +88,7 @@ def test_a_version_3_directory_opens_unchanged_and_its_tags_count_on(tmp_path, c
             meta[key] = value[:56]
         del meta
     with Engine.open(path, clock=clock) as engine:
-        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(4)
+        assert engine._store.meta[keys.META_VERSION] == keys.u32(SCHEMA_VERSION) == keys.u32(5)
         assert figures(engine) == before
         engine.receive("q", max=2)  # counted at once (no mark yet), then held back
         engine.receive("q", max=2)
@@ -111,7 +111,10 @@ def test_a_receive_finding_nothing_still_sees_what_fell_due(engine, clock):
     assert again.body == b"now" and again.dequeue_count == 2 and leased.body == b"now"
 
 
-CHILD = r"""
+#: The start of a child process that a test kills: an engine on a fake clock a few ms before
+#: midnight, queue ``q`` with a second tag ``other`` and 300 messages of 1-40 bytes. The
+#: script goes on from there and ends with ``CHILD_END``.
+CHILD_START = r"""
 import json, os, signal, sys
 from lamina.engine import Engine, FakeClock
 
@@ -121,6 +124,31 @@ engine = Engine.open(sys.argv[1], clock=clock)
 engine.create_queue("q", {"visibility_timeout": 60})
 engine.create_tag("q", "other")
 engine.send("q", [b"x" * (i % 40 + 1) for i in range(300)])
+"""
+#: Its end: every tag's figures, the clock and what is held back printed, then a SIGKILL.
+CHILD_END = r"""
+stats = {tag or "queue": engine.stats("q", tag=tag) for tag in (None, "default", "other")}
+q = engine._queues[engine._queue_names["q"]]
+print(json.dumps({"stats": stats, "now": clock(), "in_watermarks": len(q.unsaved_received),
+                  "held": sum(v[0] for v in engine._counters.unsaved.values())}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def killed_child_figures(body: str, path) -> dict:
+    """Run ``CHILD_START + body + CHILD_END`` on ``path`` until it kills itself; check that
+    reopening shows every figure it printed (across midnight) -> what it printed."""
+    from lamina.engine import FakeClock
+
+    before = json.loads(run_killed(CHILD_START + body + CHILD_END, path))
+    assert len(before["stats"]["queue"]) == 2  # across midnight
+    with Engine.open(path, clock=FakeClock(before["now"])) as engine:
+        assert {tag or "queue": engine.stats("q", tag=tag)
+                for tag in (None, "default", "other")} == before["stats"]
+    return before
+
+
+CHILD = r"""
 receipts = []
 for index in range(40):  # receives of 1, 2 and 16 across midnight, some deletes between
     for tag in ("default", "other"):
@@ -135,23 +163,12 @@ engine.delete("q", receipts[:1])
 (changed,) = engine.change_visibility("q", [[receipts[1], 30]])
 engine.receive("q", max=3)
 engine.receive("q", "other")
-stats = {tag or "queue": engine.stats("q", tag=tag) for tag in (None, "default", "other")}
-print(json.dumps({"stats": stats, "now": clock(),
-                  "held": sum(v[0] for v in engine._counters.unsaved.values())}), flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
 @pytest.mark.slow
 def test_received_counts_are_exact_after_a_killed_process(tmp_path):
-    from lamina.engine import FakeClock
-
-    path = tmp_path / "data"
-    before = json.loads(run_killed(CHILD, path))
-    assert before["held"] > 0 and len(before["stats"]["queue"]) == 2  # across midnight
-    with Engine.open(path, clock=FakeClock(before["now"])) as engine:
-        assert {tag or "queue": engine.stats("q", tag=tag)
-                for tag in (None, "default", "other")} == before["stats"]
+    assert killed_child_figures(CHILD, tmp_path / "data")["held"] > 0
 
 
 def test_stored_rows_of_a_tag_carry_its_mark(tmp_path, clock):
