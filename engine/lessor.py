@@ -378,7 +378,7 @@ class Lessor:
                 # A record or two: point reads.
                 it = LaneWalk(store.log, qid, lane, start, tail, store.last_record)
             else:
-                it = Store.scan(store.log, *keys.log_lane_bounds(qid, lane, start))
+                it = store.lane_scan(qid, lane, start, tail)
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
             # A plain message (no topic) that every message of the tag's scope passes is
             # admitted without the general gate.
