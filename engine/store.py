@@ -364,15 +364,19 @@ class Store:
     def lane_scan(self, queue_id: int, lane: int, start: int, tail: int) -> Scan:
         """A forward iterator over the log records of one lane from seq ``start`` (at or
         above the queue's ``gone_seq``), ``tail`` the lane's last seq, every record up to it
-        written. The iterator of the lane's previous walk is sought again when the tail is
-        the same (nothing appended since it was made: it reads what the store holds there),
-        at most ``LANE_SCAN_USES`` times; a new one is made otherwise. One walk of a lane
-        at a time: the next moves the iterator under the previous one."""
+        written. The iterator of the lane's previous walk serves again when the tail is the
+        same (nothing appended since it was made: it reads what the store holds there), at
+        most ``LANE_SCAN_USES`` times, sought unless it rests on ``start`` already; a new
+        one is made otherwise. One walk of a lane at a time: the next moves the iterator
+        under the previous one."""
         lower = keys.log_key(queue_id, lane, start)
         scan = self._lanes.get((queue_id, lane))
         if scan is not None and scan.tail == tail and scan.uses < LANE_SCAN_USES:
             scan.uses += 1
-            scan.seek(lower)
+            # The walk before left it where the lane's cursor rests, where the next usually
+            # starts: resting on ``lower``, it is where a seek would put it.
+            if not (scan.valid() and scan.key() == lower):
+                scan.seek(lower)
             return scan
         first, upper = keys.log_lane_bounds(queue_id, lane)
         scan = self._lanes[(queue_id, lane)] = LaneScan(self.log, first, upper, tail)
