@@ -2,8 +2,9 @@
 again, while nothing was appended to the lane (``Store.lane_scan``); a receive that leaves a
 message at ``gone_seq`` leased for its tag does not settle. What receives deliver, and what
 a reopened engine holds, are those of fresh iterators: records appended since, reclaimed
-segments, a deleted queue, a rewind below the last walk, and the limit of walks one
-iterator serves."""
+segments, a deleted queue, a rewind below the last walk, two tags walking the lane in turn
+(the iterator rests where one tag's cursor does), and the limit of walks one iterator
+serves."""
 
 from __future__ import annotations
 
@@ -90,3 +91,15 @@ def test_in_order_receives_without_settling_leave_the_store_as_they_would(open_e
     engine = open_engine()
     assert engine.get_queue(q).stats == stats
     assert receive_all(engine, q) == [b"m%d" % i for i in range(48, 64)]
+
+
+def test_tags_walking_one_lane_in_turn_each_start_at_their_own_cursor(engine, q):
+    engine.create_tag(q, "other", start="oldest")
+    engine.send(q, [b"m%d" % i for i in range(64)])
+    got = {None: [], "other": []}
+    for _ in range(4):  # each tag's walk starts where the other's left the lane's iterator
+        for tag in (None, "other", "other"):
+            batch = engine.receive(q, tag=tag, max=8)
+            got[tag] += [d.body for d in batch]
+    assert got[None] == [b"m%d" % i for i in range(32)]
+    assert got["other"] == [b"m%d" % i for i in range(64)]
