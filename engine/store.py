@@ -361,12 +361,20 @@ class Store:
         exclusive."""
         return Scan(family, lower, upper, last)
 
+    def log_appended(self) -> None:
+        """Records are appended to the log (any queue's): the kept lane iterators go. One
+        pins the memtables and files of its creation, so one kept while sends fill and
+        flush memtables would hold them all in memory; kept only while the log is not
+        written, it pins what the store holds anyway."""
+        if self._lanes:
+            self._lanes.clear()
+
     def lane_scan(self, queue_id: int, lane: int, start: int, tail: int) -> Scan:
         """A forward iterator over the log records of one lane from seq ``start`` (at or
         above the queue's ``gone_seq``), ``tail`` the lane's last seq, every record up to it
         written. The iterator of the lane's previous walk serves again when the tail is the
-        same (nothing appended since it was made: it reads what the store holds there), at
-        most ``LANE_SCAN_USES`` times, sought unless it rests on ``start`` already; a new
+        same (nothing appended since it was made: it reads what the store holds there; and
+        ``log_appended`` drops it at any append), at most ``LANE_SCAN_USES`` times, sought unless it rests on ``start`` already; a new
         one is made otherwise. One walk of a lane at a time: the next moves the iterator
         under the previous one."""
         lower = keys.log_key(queue_id, lane, start)

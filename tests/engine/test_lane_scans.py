@@ -103,3 +103,15 @@ def test_tags_walking_one_lane_in_turn_each_start_at_their_own_cursor(engine, q)
             got[tag] += [d.body for d in batch]
     assert got[None] == [b"m%d" % i for i in range(32)]
     assert got["other"] == [b"m%d" % i for i in range(64)]
+
+
+def test_a_send_to_any_queue_drops_the_kept_iterators(engine, q):
+    """A kept iterator pins the store's memtables and files of its creation: it is kept only
+    while the log is not written, so it never holds what sends add and flush."""
+    engine.create_queue("other")
+    engine.send(q, [b"m%d" % i for i in range(40)])
+    engine.receive(q, max=16)
+    assert kept_uses(engine) == [0]
+    engine.send("other", [b"x"])
+    assert kept_uses(engine) == []
+    assert [d.body for d in engine.receive(q, max=16)] == [b"m%d" % i for i in range(16, 32)]
