@@ -154,6 +154,7 @@ class Appender:
         of its entries' results."""
         context = self._context
         store = context._store
+        store.log_appended()
         batch_put = store.batch.put
         log_h = store.log_h
         qid = q.id

@@ -86,11 +86,14 @@ class DueIndex:
         for due_ms, seqs in due_seqs.items():
             bucket = buckets.get(due_ms)
             if bucket.__class__ is dict:
-                pop = bucket.pop
-                for seq in seqs:
-                    pop(seq, None)
-                if bucket:
-                    continue
+                # The usual delete ends every lease of one receive: the whole group goes
+                # (``seqs`` are distinct: a lease ends once).
+                if len(seqs) != len(bucket) or not all(map(bucket.__contains__, seqs)):
+                    pop = bucket.pop
+                    for seq in seqs:
+                        pop(seq, None)
+                    if bucket:
+                        continue
             elif bucket is None or bucket not in seqs:  # none, or a one-seq group of another
                 continue
             del buckets[due_ms]

@@ -153,7 +153,9 @@ class Lessor:
     def run(self) -> list[Any] | FirstDeliveries:
         """What the receive leased: ``FirstDeliveries`` when every one is a first delivery
         made in line (they share their times), else a list of ``Delivery`` objects."""
-        self._active_again()
+        t, now = self.t, self.now
+        if t.min_due_ms <= now or t.delay_hint <= now:  # else nothing can be Active again
+            self._active_again()
         if len(self.out) < self.count and self.budget > 0:
             self._never_delivered()
         if self.dry_run:
@@ -164,7 +166,6 @@ class Lessor:
                 self._columns_to_out()
             else:
                 out = FirstDeliveries(self.records, self.receipts, self.now, self.due_ms)
-        t = self.t
         if self.tag_moved or t.lease_counter > t.counter_ceiling:
             self.store.put(self.store.tags_h, keys.tag_key(self.q.id, t.id), t.encode_cursors())
             self.rows += 1
@@ -378,14 +379,14 @@ class Lessor:
                 # A record or two: point reads.
                 it = LaneWalk(store.log, qid, lane, start, tail, store.last_record)
             else:
-                it = Store.scan(store.log, *keys.log_lane_bounds(qid, lane, start))
+                it = store.lane_scan(qid, lane, start, tail)
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
             # A plain message (no topic) that every message of the tag's scope passes is
             # admitted without the general gate.
             plain_scope = t.filter is None
             start_ms, start_seq = t.start_ms, t.start_seq
             in_line = not self.dry_run
-            limited = self.room is not None
+            room = self.room  # ``_fits``, in line: None, or the bytes left to fill
             batch: LeaseBatch | None = None  # this lane's first leases: one row (leasebatch.py)
             seqs: list[int] = []  # its seqs and lease numbers
             numbers: list[int] = []
@@ -399,8 +400,11 @@ class Lessor:
                              and seq >= start_seq) or self._admit(seq, value)):
                         self.tag_moved = True  # passed (a parked topic): the row tells it
                     else:
-                        if limited and not self._fits(value):
-                            break
+                        if room is not None:
+                            needed = len(value) + 64  # as ``_fits`` counts a delivery
+                            if have and needed > room:
+                                break
+                            room -= needed
                         if topic_id == 0 and in_line:
                             number = t.lease_counter
                             t.lease_counter = number + 1
@@ -424,7 +428,7 @@ class Lessor:
                             self._lease(seq, lane, value, None)
                             have = len(out) + len(records)
                 step()
-            self.budget = budget
+            self.budget, self.room = budget, room
             if seqs:
                 self._save_batch(lane, batch, seqs, numbers)
             if self.dry_run:

@@ -118,6 +118,12 @@ class MessagingOps:
                         record_bytes = sum([len(d.record) for d in deliveries])
                     held = bool(deliveries) and counters.received(
                         q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
+                    # A message at ``gone_seq`` leased for this tag holds it there (the
+                    # tag's floor, which ``_settle_queue`` stops at): a receive that leaves
+                    # one so, as a consumer's in-order receive does, cannot raise it.
+                    at_gone = t.leases.get(q.gone_seq)
+                    settled = (at_gone is not None and at_gone.state == LEASED
+                               and not core._dead_sources.get(q.id))
             if not settled:
                 core._settle(q, now)
             if held and core._store.pending == rows:

@@ -35,6 +35,9 @@ MAX_OPEN_FILES = 512
 #: Files RocksDB opens besides its table cache: WAL, manifest, info log, blob files, the
 #: outputs of running flushes and compactions.
 OTHER_OPEN_FILES = 64
+#: Walks one kept lane iterator serves before a new one is made (``Store.lane_scan``): an
+#: iterator pins the files and memtables of its creation, so none is kept for long.
+LANE_SCAN_USES = 1024
 
 COLUMN_FAMILIES = (
     "meta", "log", "time", "segments", "delays", "delayseq", "topics", "tags", "leases",
@@ -99,6 +102,28 @@ class Scan:
         self.value = it.value
         self.next = it.next
         self.prev = it.prev
+
+
+class LaneScan(Scan):
+    """A forward ``Scan`` over one lane of the log kept for the next walk of that lane
+    (``Store.lane_scan``): creating an iterator costs several times a seek, more so right
+    after a write. It reads the state of its creation, which for a lane's records from
+    ``gone_seq`` up stays the state of the store while the lane's tail is the same: a record
+    there never changes, and a new one raises the tail."""
+
+    __slots__ = ("tail", "uses")
+
+    def __init__(self, family: Rdict, lower: bytes, upper: bytes, tail: int):
+        # ``Scan``'s fields, unpositioned: ``Store.lane_scan`` seeks where the walk starts.
+        self._options = _bounds(lower, upper)
+        self._it = it = family.iter(self._options)
+        self.valid, self.key, self.value = it.valid, it.key, it.value
+        self.next, self.prev = it.next, it.prev
+        self.tail = tail
+        self.uses = 0
+
+    def seek(self, key: bytes) -> None:
+        self._it.seek(key)
 
 
 class LaneWalk:
@@ -264,6 +289,7 @@ class Store:
         # straight into ``batch`` always put a row of the same queue through here too).
         self.written: list[bytes] = []
         self._readers: dict[tuple[int, bytes], RangeReader] = {}
+        self._lanes: dict[tuple[int, int], LaneScan] = {}  # ``lane_scan``'s kept iterators
         self.last_record: list[bytes] = [b"", b""]  # the last record a ``LaneWalk`` read
 
     def drop_legacy_families(self) -> None:
@@ -290,6 +316,7 @@ class Store:
         self.written.append(key)
 
     def delete_range(self, handle: ColumnFamily, begin: bytes, end: bytes) -> None:
+        self._lanes.clear()  # reclaimed segments, a deleted queue: no iterator pins them
         self.batch.delete_range(begin, end, handle)
         self.pending += 1
         self.written.append(begin)
@@ -305,6 +332,7 @@ class Store:
             self.written = []
 
     def discard(self) -> None:
+        self._lanes.clear()
         self.batch = WriteBatch(raw_mode=True)
         self.pending = 0
         self.written = []
@@ -313,6 +341,7 @@ class Store:
         """A secondary store: see the primary's latest writes (the reusable readers, which
         read the state of their creation, go)."""
         self._readers.clear()
+        self._lanes.clear()
         self.db.try_catch_up_with_primary()
 
     def sync_wal(self) -> None:
@@ -331,6 +360,36 @@ class Store:
         """A bounded iterator positioned at its first (or ``last``) key; ``upper`` is
         exclusive."""
         return Scan(family, lower, upper, last)
+
+    def log_appended(self) -> None:
+        """Records are appended to the log (any queue's): the kept lane iterators go. One
+        pins the memtables and files of its creation, so one kept while sends fill and
+        flush memtables would hold them all in memory; kept only while the log is not
+        written, it pins what the store holds anyway."""
+        if self._lanes:
+            self._lanes.clear()
+
+    def lane_scan(self, queue_id: int, lane: int, start: int, tail: int) -> Scan:
+        """A forward iterator over the log records of one lane from seq ``start`` (at or
+        above the queue's ``gone_seq``), ``tail`` the lane's last seq, every record up to it
+        written. The iterator of the lane's previous walk serves again when the tail is the
+        same (nothing appended since it was made: it reads what the store holds there; and
+        ``log_appended`` drops it at any append), at most ``LANE_SCAN_USES`` times, sought unless it rests on ``start`` already; a new
+        one is made otherwise. One walk of a lane at a time: the next moves the iterator
+        under the previous one."""
+        lower = keys.log_key(queue_id, lane, start)
+        scan = self._lanes.get((queue_id, lane))
+        if scan is not None and scan.tail == tail and scan.uses < LANE_SCAN_USES:
+            scan.uses += 1
+            # The walk before left it where the lane's cursor rests, where the next usually
+            # starts: resting on ``lower``, it is where a seek would put it.
+            if not (scan.valid() and scan.key() == lower):
+                scan.seek(lower)
+            return scan
+        first, upper = keys.log_lane_bounds(queue_id, lane)
+        scan = self._lanes[(queue_id, lane)] = LaneScan(self.log, first, upper, tail)
+        scan.seek(lower)
+        return scan
 
     def reader(self, family: Rdict, lower: bytes, upper: bytes) -> RangeReader:
         """The reusable iterator over ``[lower, upper)`` of ``family``, until the next write."""
@@ -360,6 +419,7 @@ class Store:
 
     def close(self) -> None:
         self._readers.clear()
+        self._lanes.clear()
         for name in COLUMN_FAMILIES:  # column family handles keep the database open
             for attribute in (name, f"{name}_h"):
                 if hasattr(self, attribute):

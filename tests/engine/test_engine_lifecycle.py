@@ -53,7 +53,7 @@ def test_internal_error_rebuilds_state_and_loses_nothing_committed(engine, monke
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(engine, "_settle", explode)  # after the lease is made
+    monkeypatch.setattr(engine._counters, "received", explode)  # after the lease is made
     with pytest.raises(InternalError, match="boom"):
         engine.receive("q")
     monkeypatch.undo()
