@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
 import cbor2
@@ -42,6 +43,7 @@ _SEND_KEYS = frozenset((1, 2, 3, 4, 5))
 #: the server's ``send_columns``: 1 µs more for 2 messages, even for 3, 0.6 less for 4, 1.7
 #: less for 6, 7 less for 16).
 PLAIN_RUN_FROM = 4
+_NO_SEQS: frozenset[int] = frozenset()
 
 
 class _Entry:
@@ -152,6 +154,10 @@ class Appender:
         whole batch (time fields, the prefix of plain messages) is encoded once. A batch of
         plain messages comes back as ``SentColumns`` (``_append_plain``), any other as a list
         of its entries' results."""
+        if len(messages) == 1:
+            lone = self._append_lone(q, messages, now)
+            if lone is not None:
+                return lone
         context = self._context
         store = context._store
         store.log_appended()
@@ -183,11 +189,7 @@ class Appender:
         # log prefix are the same for all of them.
         plain_now, plain_prefix, plain_tail = self._plain
         if plain_now != now:
-            # An epoch time in ms is 2^32 or more: a CBOR head of 9 bytes (cbor_uint's).
-            now_cbor = b"\x1b" + now.to_bytes(8, "big") if now >= 1 << 32 else cbor_uint(now)
-            plain_prefix = prefix_pack(now, now, 0, DEFAULT_PRIORITY)
-            plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
-            self._plain = (now, plain_prefix, plain_tail)
+            plain_prefix, plain_tail = self._plain_parts(now)
         written = bytes_in = refused = 0
         next_topic_id = q.next_topic_id
         first_seq = q.next_seq  # that of the first message appended, if any
@@ -271,49 +273,122 @@ class Appender:
             append(Sent(msg_id, now, md5))
         store.pending += written
         if first_in_lane:
-            self._count_sent(q, results, messages, len(results) - refused, bytes_in)
-            put = store.put
-            if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
-                q.last_time_seq = first_seq
-                if (now - q.indexed_ms >= TIME_EVERY_MS
-                        or first_seq - q.indexed_seq >= TIME_EVERY_MESSAGES):
-                    put(store.time_h, keys.time_key(qid, now, first_seq), b"")
-                    q.indexed_ms, q.indexed_seq = now, first_seq
-                q.last_time_ms = now
-            if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
-                q.oldest_live_ms = now
-            # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first
-            # new non-delayed message, or past the new tail (TagState invariant). The move is
-            # persisted, so reopening never walks a run of delayed messages.
-            # A filtered tag (or one whose start is ahead) snaps onto the first new message
-            # of its scope instead.
-            for t in q.tags.values():
-                cursors = t.cursors
-                moved = False
-                scoped = t.filter is not None or t.start_ms > now
-                for lane in first_in_lane:
-                    if cursors[lane] > old_tails[lane]:
-                        cursors[lane] = (self._first_in_scope(t, lane, results, messages, now,
-                                                              tails[lane], delayed_seqs)
-                                         if scoped
-                                         else first_ready.get(lane, tails[lane] + 1))
-                        moved = True
-                if moved:
-                    put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
-            # Neither the watermarks (only next_seq changed, which the log tells) nor, mostly,
-            # the open segment's row and the queue's counters are written: reading the queue
-            # derives them from the log (``loading.read_queue``). A key of the queue is noted
-            # as written all the same, so that a failed write rebuilds it (recovery.py).
-            assert segment is not None  # a message was appended
-            segment_key = keys.segment_key(qid, segment.first_seq)
-            if segment.row_lags():
-                put(store.segments_h, segment_key, segment.encode_saved())
-                context._counters.save_sends(q)  # the sends up to its last_seq: counters.py
-            else:
-                store.written.append(segment_key)
-            if q.next_topic_id != next_topic_id:
-                context._persist_watermarks(q)
-            context._notify(q)
+            self._finish(q, results, messages, first_in_lane, old_tails, first_ready,
+                         delayed_seqs, first_seq, segment, next_topic_id,
+                         len(results) - refused, bytes_in, now)
+        return results
+
+    def _finish(self, q: QueueState, results: list[Sent | LaminaError] | SentColumns,
+                messages: list[Any], first_in_lane: dict[int, int], old_tails: dict[int, int],
+                first_ready: dict[int, int], delayed_seqs: AbstractSet[int], first_seq: int,
+                segment: Segment | None, next_topic_id: int, sent_count: int, bytes_in: int,
+                now: int) -> None:
+        """What ``append`` does once messages were appended (``first_in_lane``: the first new
+        seq of each lane written, ``old_tails`` the lanes' tails before): counts, the time
+        index, tag cursors, the open segment's row, watermarks, waiters."""
+        context = self._context
+        store = context._store
+        qid = q.id
+        tails = q.lane_tail
+        self._count_sent(q, results, messages, sent_count, bytes_in)
+        put = store.put
+        if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
+            q.last_time_seq = first_seq
+            if (now - q.indexed_ms >= TIME_EVERY_MS
+                    or first_seq - q.indexed_seq >= TIME_EVERY_MESSAGES):
+                put(store.time_h, keys.time_key(qid, now, first_seq), b"")
+                q.indexed_ms, q.indexed_seq = now, first_seq
+            q.last_time_ms = now
+        if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
+            q.oldest_live_ms = now
+        # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first
+        # new non-delayed message, or past the new tail (TagState invariant). The move is
+        # persisted, so reopening never walks a run of delayed messages.
+        # A filtered tag (or one whose start is ahead) snaps onto the first new message
+        # of its scope instead.
+        for t in q.tags.values():
+            cursors = t.cursors
+            moved = False
+            scoped = t.filter is not None or t.start_ms > now
+            for lane in first_in_lane:
+                if cursors[lane] > old_tails[lane]:
+                    cursors[lane] = (self._first_in_scope(t, lane, results, messages, now,
+                                                          tails[lane], delayed_seqs)
+                                     if scoped
+                                     else first_ready.get(lane, tails[lane] + 1))
+                    moved = True
+            if moved:
+                put(store.tags_h, keys.tag_key(qid, t.id), t.encode_cursors())
+        # Neither the watermarks (only next_seq changed, which the log tells) nor, mostly,
+        # the open segment's row and the queue's counters are written: reading the queue
+        # derives them from the log (``loading.read_queue``). A key of the queue is noted
+        # as written all the same, so that a failed write rebuilds it (recovery.py).
+        assert segment is not None  # a message was appended
+        segment_key = keys.segment_key(qid, segment.first_seq)
+        if segment.row_lags():
+            put(store.segments_h, segment_key, segment.encode_saved())
+            context._counters.save_sends(q)  # the sends up to its last_seq: counters.py
+        else:
+            store.written.append(segment_key)
+        if q.next_topic_id != next_topic_id:
+            context._persist_watermarks(q)
+        context._notify(q)
+
+    def _plain_parts(self, now: int) -> tuple[bytes, bytes]:
+        """-> (log prefix, record tail) of a plain message sent at ``now``, kept for the
+        sends of the same millisecond."""
+        # An epoch time in ms is 2^32 or more: a CBOR head of 9 bytes (cbor_uint's).
+        now_cbor = b"\x1b" + now.to_bytes(8, "big") if now >= 1 << 32 else cbor_uint(now)
+        plain_prefix = PREFIX.pack(now, now, 0, DEFAULT_PRIORITY)
+        plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
+        self._plain = (now, plain_prefix, plain_tail)
+        return plain_prefix, plain_tail
+
+    def _append_lone(self, q: QueueState, messages: list[Any], now: int) -> SentColumns | None:
+        """``append`` of one plain message (the commonest send: a client awaiting each
+        answer) that the queue has room for and that fits in the open segment: the same
+        record, rows, counts and answer as ``append``'s loop, without its per-batch setup;
+        None when the send is not that (``append`` goes on)."""
+        raw = messages[0]
+        attributes = q.attributes
+        segments = q.segments
+        if (type(raw) is not bytes or not 0 < len(raw) <= attributes["max_message_size"]
+                or attributes["delay"] or not segments
+                or q.next_seq - q.gone_seq >= attributes["max_messages"]):
+            return None
+        context = self._context
+        segment = segments[-1]
+        if (segment.count >= context.segment_max_messages
+                or segment.size_bytes >= context.segment_max_bytes
+                or now - segment.first_ms >= context.segment_max_age_ms):
+            return None  # sealed, a new one opened: ``append``
+        store = context._store
+        store.log_appended()
+        plain_now, plain_prefix, plain_tail = self._plain
+        if plain_now != now:
+            plain_prefix, plain_tail = self._plain_parts(now)
+        qid, seq, lane = q.id, q.next_seq, DEFAULT_PRIORITY
+        msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
+        md5 = hashlib.md5(raw).digest()
+        record = b"".join((b"\x89\x78\x19", msg_id, cbor_head(2, len(raw)), raw, plain_tail,
+                           md5, b"\xf6"))
+        store.batch.put(keys.log_key(qid, lane, seq), plain_prefix + record, store.log_h)
+        store.pending += 1
+        q.next_seq = seq + 1
+        tails = q.lane_tail
+        old_tail = tails[lane]
+        if old_tail < 0:
+            q.lanes_used.append(lane)
+            q.lanes_used.sort()
+        tails[lane] = seq
+        segment.last_seq = seq
+        segment.last_ms = now
+        segment.count += 1
+        segment.size_bytes += len(record)
+        results = SentColumns(now, [msg_id], [md5])
+        first = {lane: seq}
+        self._finish(q, results, messages, first, {lane: old_tail}, first, _NO_SEQS, seq,
+                     segment, q.next_topic_id, 1, len(raw), now)
         return results
 
     @staticmethod
