@@ -147,6 +147,8 @@ class Appender:
         # (now, log prefix, record tail) of a plain message (``append``) at the last ``now``:
         # sends in the same millisecond share them.
         self._plain: tuple[int, bytes, bytes] = (-1, b"", b"")
+        # The body size of the last lone plain message (``_append_lone``) and its CBOR head.
+        self._lone_size, self._lone_head = -1, b""
 
     def append(self, q: QueueState, messages: list[Any], now: int
                ) -> list[Sent | LaminaError] | SentColumns:
@@ -370,8 +372,11 @@ class Appender:
         qid, seq, lane = q.id, q.next_seq, DEFAULT_PRIORITY
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
         md5 = hashlib.md5(raw).digest()
-        record = b"".join((b"\x89\x78\x19", msg_id, cbor_head(2, len(raw)), raw, plain_tail,
-                           md5, b"\xf6"))
+        size = len(raw)
+        if size != self._lone_size:  # a producer's bodies are mostly of one size
+            self._lone_size, self._lone_head = size, cbor_head(2, size)
+        record = b"".join((b"\x89\x78\x19", msg_id, self._lone_head, raw, plain_tail, md5,
+                           b"\xf6"))
         store.batch.put(keys.log_key(qid, lane, seq), plain_prefix + record, store.log_h)
         store.pending += 1
         q.next_seq = seq + 1
@@ -388,7 +393,7 @@ class Appender:
         results = SentColumns(now, [msg_id], [md5])
         first = {lane: seq}
         self._finish(q, results, messages, first, {lane: old_tail}, first, _NO_SEQS, seq,
-                     segment, q.next_topic_id, 1, len(raw), now)
+                     segment, q.next_topic_id, 1, size, now)
         return results
 
     @staticmethod

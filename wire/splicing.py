@@ -251,6 +251,9 @@ def _sent_columns_frame(request_id: int, enqueue_time: int, ids: list[bytes],
     if prefix is None:
         prefix = _SENT_PREFIXES[id_chars] = _ARRAY_OF_3 + cbor_head(3, id_chars)
     middle = encode_int(enqueue_time) + _BYTES_16_HEAD
+    if count == 1:  # a send of one (a client awaiting each answer): no columns to interleave
+        body = b"".join((head, prefix, ids[0], middle, digests[0]))
+        return _FRAME_HEADER.pack(len(body)) + body
     # Per entry: id, time and digest head, digest, the next entry's array and id heads.
     parts = [middle] * (4 * count + 1)
     parts[0] = head + prefix
