@@ -486,7 +486,8 @@ class Appender:
         return None, len(raw.encode() if isinstance(raw, str) else raw), DEFAULT_PRIORITY
 
     def _first_in_scope(self, t: TagState, lane: int, results: Iterable[Any],
-                        messages: list[Any], now: int, tail: int, delayed_seqs: set[int]) -> int:
+                        messages: list[Any], now: int, tail: int, delayed_seqs: AbstractSet[int]
+                        ) -> int:
         """The first message of this send in ``lane`` that a filtered tag receives and that
         is not delayed (its cursor's new position), else past the tail."""
         for raw, sent in zip(messages, results):
