@@ -44,6 +44,9 @@ from .validation import (
     check_seconds,
 )
 
+#: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
+_NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
+
 
 class MessagingOps:
     """send / receive / delete / change_visibility and the deadline interface."""
@@ -261,9 +264,11 @@ class MessagingOps:
         results: list[LaminaError | None] = []
         append = results.append
         key = b""
-        in_line = 0
+        general = 0  # receipts that went the general way
         touched: dict[int, LeaseBatch] = {}  # the batch rows of deleted leases (usually one)
-        last: LeaseBatch | None = None  # the latest of them, its states and seqs
+        # The batch of the latest lease ended in line while ``run`` is its due's run (its
+        # states and seqs below), or none.
+        last = _NO_BATCH
         states, batch_seqs, first, dense = bytearray(), [], 0, False
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         for receipt in receipts:
@@ -275,24 +280,32 @@ class MessagingOps:
                         and lease.due_ms > now and seq >= gone and seq < cursors[lease.lane]):
                     del leases[seq]
                     batch = lease.batch
+                    if batch is last:  # the batch of the receipt before: its run, its due
+                        states[seq - first if dense else bisect_left(batch_seqs, seq)] = \
+                            ENDED_DELETED
+                        run.append(seq)
+                        append(None)
+                        continue
                     if batch is None:
                         key = lease_key(qid, tid, seq)
                         end((seq, key, lease))
                     else:  # its batch row is written once, below
-                        if batch is not last:
-                            last = touched[id(batch)] = batch
-                            states, batch_seqs = batch.states, batch.seqs
-                            first = batch_seqs[0]  # dense seqs: an entry's index is its offset
-                            dense = batch_seqs[-1] - first == len(batch_seqs) - 1
+                        last = touched[id(batch)] = batch
+                        key = batch.key
+                        states, batch_seqs = batch.states, batch.seqs
+                        first = batch_seqs[0]  # dense seqs: an entry's index is its offset
+                        dense = batch_seqs[-1] - first == len(batch_seqs) - 1
                         states[seq - first if dense else bisect_left(batch_seqs, seq)] = \
                             ENDED_DELETED
                     if lease.due_ms != run_due:
                         run_due = lease.due_ms
                         run = due_seqs.setdefault(run_due, [])
-                    run.append(seq)
-                    in_line += 1
+                        if batch is None:
+                            last = _NO_BATCH  # a batch's entries share its due: its run again
                     append(None)
+                    run.append(seq)
                     continue
+            general += 1
             try:
                 seq, lease = self._current_lease(q, t, receipt, now)
             except LaminaError as exc:
@@ -301,6 +314,7 @@ class MessagingOps:
             core._lease_dropped(q, t, seq, lease)
             append(None)
             plain = not t.heads and not t.rewind_vt
+        in_line = len(results) - general
         if due_seqs:
             t.due_index.discard_runs(due_seqs)
             if not leases:
@@ -309,9 +323,8 @@ class MessagingOps:
                 # rather than one pop each.
                 t.lease_heap.clear()
                 t.row_heap.clear()
-        if last is not None:
+        if touched:
             touched_out.extend(touched.values())
-            key = last.key
         if in_line:
             store.pending += in_line
             store.written.append(key)  # names the queue, should the write fail
