@@ -271,7 +271,23 @@ class MessagingOps:
         last = _NO_BATCH
         states, batch_seqs, first, dense = bytearray(), [], 0, False
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
+        seq, cursor = -1, 0  # the seq ended last, the cursor of ``last``'s lane
         for receipt in receipts:
+            if dense:  # ``last`` has dense seqs: guess the entry after the one ended last
+                lease = leases.get(seq + 1)
+                # The receipt issued for it proves itself (it holds the seq and the lease
+                # number); an entry of ``last`` is LEASED (a changed lease leaves its batch)
+                # and due when ``last``'s entries are (checked on the first of them); the
+                # seq is above the one ended last, so at or above ``gone_seq``.
+                if (lease is not None and lease.batch is last and type(receipt) is bytes
+                        and (issued := lease.receipt) is not None
+                        and compare_digest(issued, receipt) and seq + 1 < cursor):
+                    seq += 1
+                    del leases[seq]
+                    states[seq - first] = ENDED_DELETED
+                    run.append(seq)
+                    append(None)
+                    continue
             if plain and type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
                 seq, number = unpack_claim(receipt)  # ReceiptCodec.claimed_lease
                 lease = leases.get(seq)
@@ -295,6 +311,7 @@ class MessagingOps:
                         states, batch_seqs = batch.states, batch.seqs
                         first = batch_seqs[0]  # dense seqs: an entry's index is its offset
                         dense = batch_seqs[-1] - first == len(batch_seqs) - 1
+                        cursor = cursors[lease.lane]
                         states[seq - first if dense else bisect_left(batch_seqs, seq)] = \
                             ENDED_DELETED
                     if lease.due_ms != run_due:
@@ -314,6 +331,8 @@ class MessagingOps:
             core._lease_dropped(q, t, seq, lease)
             append(None)
             plain = not t.heads and not t.rewind_vt
+            if not plain:
+                dense = False  # no guess either
         in_line = len(results) - general
         if due_seqs:
             t.due_index.discard_runs(due_seqs)
