@@ -274,15 +274,14 @@ class MessagingOps:
         seq, cursor = -1, 0  # the seq ended last, the cursor of ``last``'s lane
         for receipt in receipts:
             if dense:  # ``last`` has dense seqs: guess the entry after the one ended last
-                lease = leases.get(seq + 1)
+                lease = leases.get(seq := seq + 1)  # a wrong guess: the seq is read below
                 # The receipt issued for it proves itself (it holds the seq and the lease
                 # number); an entry of ``last`` is LEASED (a changed lease leaves its batch)
                 # and due when ``last``'s entries are (checked on the first of them); the
                 # seq is above the one ended last, so at or above ``gone_seq``.
                 if (lease is not None and lease.batch is last and type(receipt) is bytes
                         and (issued := lease.receipt) is not None
-                        and compare_digest(issued, receipt) and seq + 1 < cursor):
-                    seq += 1
+                        and compare_digest(issued, receipt) and seq < cursor):
                     del leases[seq]
                     states[seq - first] = ENDED_DELETED
                     run.append(seq)
