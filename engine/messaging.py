@@ -269,7 +269,8 @@ class MessagingOps:
         # The batch of the latest lease ended in line while ``run`` is its due's run (its
         # states and seqs below), or none.
         last = _NO_BATCH
-        states, batch_seqs, first, dense = bytearray(), [], 0, False
+        states, first, dense = bytearray(), 0, False
+        batch_seqs: list[int] = []
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         seq, cursor = -1, 0  # the seq ended last, the cursor of ``last``'s lane
         for receipt in receipts:
