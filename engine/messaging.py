@@ -248,8 +248,10 @@ class MessagingOps:
         for it, and goes to ``ended_out`` as (seq, row key, lease) for ``delete`` to write
         its row back ``ENDED_DELETED`` after settling ``gone_seq``; a lease held by a batch
         row (leasebatch.py) is marked deleted there, and each such row goes to
-        ``touched_out`` once, likewise. Anything else goes the general way
-        (``_current_lease``, ``_lease_dropped``)."""
+        ``touched_out`` once, likewise. After a lease of a batch with dense seqs the next
+        receipt is first tried as the batch's next entry (a consumer deletes a receive's
+        batch in order). Anything else goes the general way (``_current_lease``,
+        ``_lease_dropped``)."""
         core = self._core
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
