@@ -44,6 +44,9 @@ from .validation import (
     check_seconds,
 )
 
+#: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
+_NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
+
 
 class MessagingOps:
     """send / receive / delete / change_visibility and the deadline interface."""
@@ -245,8 +248,10 @@ class MessagingOps:
         for it, and goes to ``ended_out`` as (seq, row key, lease) for ``delete`` to write
         its row back ``ENDED_DELETED`` after settling ``gone_seq``; a lease held by a batch
         row (leasebatch.py) is marked deleted there, and each such row goes to
-        ``touched_out`` once, likewise. Anything else goes the general way
-        (``_current_lease``, ``_lease_dropped``)."""
+        ``touched_out`` once, likewise. After a lease of a batch with dense seqs the next
+        receipt is first tried as the batch's next entry (a consumer deletes a receive's
+        batch in order). Anything else goes the general way (``_current_lease``,
+        ``_lease_dropped``)."""
         core = self._core
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
@@ -261,12 +266,30 @@ class MessagingOps:
         results: list[LaminaError | None] = []
         append = results.append
         key = b""
-        in_line = 0
+        general = 0  # receipts that went the general way
         touched: dict[int, LeaseBatch] = {}  # the batch rows of deleted leases (usually one)
-        last: LeaseBatch | None = None  # the latest of them, its states and seqs
-        states, batch_seqs, first, dense = bytearray(), [], 0, False
+        # The batch of the latest lease ended in line while ``run`` is its due's run (its
+        # states and seqs below), or none.
+        last = _NO_BATCH
+        states, first, dense = bytearray(), 0, False
+        batch_seqs: list[int] = []
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
+        seq, cursor = -1, 0  # the seq ended last, the cursor of ``last``'s lane
         for receipt in receipts:
+            if dense:  # ``last`` has dense seqs: guess the entry after the one ended last
+                lease = leases.get(seq := seq + 1)  # a wrong guess: the seq is read below
+                # The receipt issued for it proves itself (it holds the seq and the lease
+                # number); an entry of ``last`` is LEASED (a changed lease leaves its batch)
+                # and due when ``last``'s entries are (checked on the first of them); the
+                # seq is above the one ended last, so at or above ``gone_seq``.
+                if (lease is not None and lease.batch is last and type(receipt) is bytes
+                        and (issued := lease.receipt) is not None
+                        and compare_digest(issued, receipt) and seq < cursor):
+                    del leases[seq]
+                    states[seq - first] = ENDED_DELETED
+                    run.append(seq)
+                    append(None)
+                    continue
             if plain and type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
                 seq, number = unpack_claim(receipt)  # ReceiptCodec.claimed_lease
                 lease = leases.get(seq)
@@ -275,24 +298,33 @@ class MessagingOps:
                         and lease.due_ms > now and seq >= gone and seq < cursors[lease.lane]):
                     del leases[seq]
                     batch = lease.batch
+                    if batch is last:  # the batch of the receipt before: its run, its due
+                        states[seq - first if dense else bisect_left(batch_seqs, seq)] = \
+                            ENDED_DELETED
+                        run.append(seq)
+                        append(None)
+                        continue
                     if batch is None:
                         key = lease_key(qid, tid, seq)
                         end((seq, key, lease))
                     else:  # its batch row is written once, below
-                        if batch is not last:
-                            last = touched[id(batch)] = batch
-                            states, batch_seqs = batch.states, batch.seqs
-                            first = batch_seqs[0]  # dense seqs: an entry's index is its offset
-                            dense = batch_seqs[-1] - first == len(batch_seqs) - 1
+                        last = touched[id(batch)] = batch
+                        key = batch.key
+                        states, batch_seqs = batch.states, batch.seqs
+                        first = batch_seqs[0]  # dense seqs: an entry's index is its offset
+                        dense = batch_seqs[-1] - first == len(batch_seqs) - 1
+                        cursor = cursors[lease.lane]
                         states[seq - first if dense else bisect_left(batch_seqs, seq)] = \
                             ENDED_DELETED
                     if lease.due_ms != run_due:
                         run_due = lease.due_ms
                         run = due_seqs.setdefault(run_due, [])
-                    run.append(seq)
-                    in_line += 1
+                        if batch is None:
+                            last = _NO_BATCH  # a batch's entries share its due: its run again
                     append(None)
+                    run.append(seq)
                     continue
+            general += 1
             try:
                 seq, lease = self._current_lease(q, t, receipt, now)
             except LaminaError as exc:
@@ -301,6 +333,9 @@ class MessagingOps:
             core._lease_dropped(q, t, seq, lease)
             append(None)
             plain = not t.heads and not t.rewind_vt
+            if not plain:
+                dense = False  # no guess either
+        in_line = len(results) - general
         if due_seqs:
             t.due_index.discard_runs(due_seqs)
             if not leases:
@@ -309,9 +344,8 @@ class MessagingOps:
                 # rather than one pop each.
                 t.lease_heap.clear()
                 t.row_heap.clear()
-        if last is not None:
+        if touched:
             touched_out.extend(touched.values())
-            key = last.key
         if in_line:
             store.pending += in_line
             store.written.append(key)  # names the queue, should the write fail

@@ -215,3 +215,63 @@ def test_deletes_in_a_batch_of_sparse_seqs_mark_their_own_entries(open_engine, c
     assert sorted(d.body for d in again) == sorted(
         [d.body for i, d in enumerate(held) if i not in deleted]
         + [d.body for i, d in enumerate(high) if i not in (1, 7)])
+
+
+def test_one_delete_of_two_batches_and_a_lease_row_interleaved_ends_exactly_those(
+        open_engine, clock):
+    """Receipts of two receives of different deadlines and of a receive of one (a lease row),
+    interleaved in one delete with a receipt it refuses: the deleted ones never come back,
+    before or after a restart, and the others come back each at its own deadline."""
+    engine = open_engine()
+    engine.create_queue("q")
+    engine.send("q", [b"m%d" % i for i in range(17)])
+    first = engine.receive("q", max=8, visibility_timeout=30)
+    (one,) = engine.receive("q", max=1, visibility_timeout=60)
+    second = engine.receive("q", max=8, visibility_timeout=90)
+    receipts = [first[0].receipt, one.receipt, first[1].receipt, second[0].receipt,
+                b"\0" * len(one.receipt), first[2].receipt, second[1].receipt]
+    results = engine.delete("q", receipts)
+    assert [type(r).__name__ if r else None for r in results] == \
+        [None] * 4 + ["InvalidReceipt"] + [None] * 2
+    deleted = [one, second[0], second[1]]  # first[:3] are gone: below gone_seq
+    assert states(engine, deleted) == [("deleted", 1)] * 3
+    engine.close()
+    clock.advance(10_000)
+    engine = open_engine()
+    assert states(engine, deleted) == [("deleted", 1)] * 3
+    assert states(engine, first[3:4]) == [("inflight", 1)]
+    clock.advance(21_000)
+    again = engine.receive("q", max=17)
+    assert [d.body for d in again] == [d.body for d in first[3:]]
+    assert engine.delete("q", [d.receipt for d in again]) == [None] * 5
+    clock.advance(30_000)
+    assert engine.receive("q", max=17) == []
+    clock.advance(30_000)
+    assert [d.body for d in engine.receive("q", max=17)] == [d.body for d in second[2:]]
+
+
+def test_receipts_of_a_batch_out_of_order_repeated_or_altered_are_each_judged_alone(
+        open_engine, clock):
+    """A delete that names a batch's receipts out of order, one twice, or altered (a
+    bytearray copy, cut short, lengthened, not bytes) ends exactly the genuine current
+    ones and refuses the rest, each with its own error."""
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"m%d" % i for i in range(20)])
+    held = engine.receive("q", max=16)
+    r = [d.receipt for d in held]
+    results = engine.delete("q", [r[0], bytearray(r[1]), "x", r[2], r[2], r[4], r[3], r[1],
+                                  None, r[5][:-1], r[6] + b"\0", r[7]])
+    assert [type(x).__name__ if x else None for x in results] == [
+        None, "InvalidReceipt", "InvalidReceipt", None, "StaleReceipt", None, None, None,
+        "InvalidReceipt", "InvalidReceipt", "InvalidReceipt", None]
+    deleted = {0, 1, 2, 3, 4, 7}
+    assert states(engine, held[5:]) == [("deleted" if i in deleted else "inflight", 1)
+                                        for i in range(5, 16)]
+    engine.close()
+    clock.advance(31_000)
+    engine = open_engine()
+    again = engine.receive("q", max=20)
+    assert sorted(d.body for d in again) == sorted(
+        [d.body for i, d in enumerate(held) if i not in deleted] + [b"m16", b"m17", b"m18",
+                                                                   b"m19"])
