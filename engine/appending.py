@@ -17,8 +17,8 @@ from . import keys
 from .counters import BYTES_IN, SENT, Counters
 from .deadlines import Deadlines
 from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
-from .records import (PREFIX, PREFIX_SIZE, cbor_head, cbor_uint, encode_record, message_id,
-                      parse_message_id)
+from .records import (CBOR_NULL, PREFIX, PREFIX_SIZE, RECORD_HEAD, cbor_head, cbor_uint,
+                      encode_record, message_id, parse_message_id)
 from .results import Sent, SentColumns
 from .scope import filter_matches
 from .state import DAY_MS, QueueState, Segment, TagState
@@ -218,8 +218,8 @@ class Appender:
                 seq = q.next_seq
                 msg_id = f"{id_prefix}{seq:016x}7"
                 md5 = md5_of(raw).digest()
-                record = b"".join((b"\x89\x78\x19", msg_id.encode(), cbor_head(2, len(raw)),
-                                   raw, plain_tail, md5, b"\xf6"))
+                record = b"".join((RECORD_HEAD, msg_id.encode(), cbor_head(2, len(raw)),
+                                   raw, plain_tail, md5, CBOR_NULL))
                 value = plain_prefix + record
             else:
                 if type(raw) is _Entry:
@@ -375,8 +375,8 @@ class Appender:
         size = len(raw)
         if size != self._lone_size:  # a producer's bodies are mostly of one size
             self._lone_size, self._lone_head = size, cbor_head(2, size)
-        record = b"".join((b"\x89\x78\x19", msg_id, self._lone_head, raw, plain_tail, md5,
-                           b"\xf6"))
+        record = b"".join((RECORD_HEAD, msg_id, self._lone_head, raw, plain_tail, md5,
+                           CBOR_NULL))
         store.batch.put(keys.log_key(qid, lane, seq), plain_prefix + record, store.log_h)
         store.pending += 1
         q.next_seq = seq + 1
@@ -421,8 +421,7 @@ class Appender:
         add_id, add_digest = ids.append, digests.append
         md5_of = hashlib.md5
         id_format = b"%08x%%016x7" % qid  # PROTOCOL.md's id: queue, seq, lane - 1
-        lead = plain_prefix + b"\x89\x78\x19"  # the record's array head, the id's head
-        tail = b"\xf6"
+        lead = plain_prefix + RECORD_HEAD
         key_prefix = keys.log_lane_prefix(qid, DEFAULT_PRIORITY)
         batch_put, log_h = store.batch.put, store.log_h
         uniform = sizes.count(sizes[0]) == len(sizes)
@@ -432,7 +431,7 @@ class Appender:
             md5 = md5_of(raw).digest()
             msg_id = id_format % seq
             value = b"".join((lead, msg_id, head if uniform else cbor_head(2, len(raw)), raw,
-                              plain_tail, md5, tail))
+                              plain_tail, md5, CBOR_NULL))
             batch_put(key_prefix + seq.to_bytes(8, "big"), value, log_h)
             total += len(value)
             add_id(msg_id)
@@ -449,7 +448,8 @@ class Appender:
             segment.count += count
             segment.size_bytes += total
         else:  # the batch starts a segment or fills one: message by message
-            fixed = len(lead) - PREFIX_SIZE + len(msg_id) + len(plain_tail) + len(md5) + 1
+            fixed = (len(lead) - PREFIX_SIZE + len(msg_id) + len(plain_tail) + len(md5)
+                     + len(CBOR_NULL))
             for seq, size in zip(range(first, end), sizes):
                 if (segment is None or segment.count >= context.segment_max_messages
                         or segment.size_bytes >= context.segment_max_bytes):

@@ -19,6 +19,8 @@ from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
 from .store import LaneWalk, Scan, Store
 
 EXAMINE_LIMIT = 4096  # records one receive may look at (skipped ones included)
+#: What a delivery takes of ``max_bytes`` beside its record: the receipt and the small fields.
+DELIVERY_OVERHEAD_BYTES = 64
 NEVER = 1 << 63  # a time after every deadline
 LEASED_STATES = bytes([LEASED])
 # Entries of one lease batch row at most: a delete writes its batch's row again, so a receive
@@ -194,7 +196,7 @@ class Lessor:
         """Whether one more delivery of ``record`` stays within ``max_bytes``."""
         if self.room is None:
             return True
-        needed = len(record) + 64  # receipt and the small fields
+        needed = len(record) + DELIVERY_OVERHEAD_BYTES
         if (self.out or self.records) and needed > self.room:
             return False
         self.room -= needed
@@ -401,7 +403,7 @@ class Lessor:
                         self.tag_moved = True  # passed (a parked topic): the row tells it
                     else:
                         if room is not None:
-                            needed = len(value) + 64  # as ``_fits`` counts a delivery
+                            needed = len(value) + DELIVERY_OVERHEAD_BYTES  # as ``_fits``
                             if have and needed > room:
                                 break
                             room -= needed

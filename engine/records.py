@@ -29,6 +29,8 @@ PREFIX_SIZE = PREFIX.size
 ID_LENGTH = 25
 
 _ID_HEAD = b"\x78\x19"  # CBOR text string of 25 bytes
+#: A record's array head and its id's text head: what every record starts with.
+RECORD_HEAD = b"\x89" + _ID_HEAD
 
 
 # RFC 8949 §3: a head is the major type (3 bits) and an argument; the argument is stored in the
@@ -110,7 +112,7 @@ def encode_record(
     """The PROTOCOL.md §4 record; ``body_cbor`` / ``attributes_cbor`` / ``dead_cbor`` are
     already CBOR-encoded items."""
     return b"".join((
-        b"\x89", _ID_HEAD, msg_id.encode(), body_cbor,
+        RECORD_HEAD, msg_id.encode(), body_cbor,
         attributes_cbor if attributes_cbor is not None else CBOR_NULL,
         cbor_text(topic) if topic is not None else CBOR_NULL,
         bytes((priority,)) if priority < 24 else cbor_uint(priority),

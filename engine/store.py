@@ -87,7 +87,10 @@ class Scan:
 
     __slots__ = ("_options", "_it", "valid", "key", "value", "next", "prev")
 
-    def __init__(self, family: Rdict, lower: bytes, upper: bytes, last: bool):
+    def __init__(self, family: Rdict, lower: bytes, upper: bytes, last: bool,
+                 start: bytes | None = None):
+        """Positioned on the last key (``last``), else on the first at or above ``start``
+        (default ``lower``)."""
         self._options = _bounds(lower, upper)
         self._it = it = family.iter(self._options)
         if last:
@@ -96,7 +99,7 @@ class Scan:
             # range): a reverse scan checks the bound itself.
             self.valid = lambda: it.valid() and it.key() >= lower
         else:
-            it.seek(lower)
+            it.seek(lower if start is None else start)
             self.valid = it.valid
         self.key = it.key
         self.value = it.value
@@ -113,12 +116,8 @@ class LaneScan(Scan):
 
     __slots__ = ("tail", "uses")
 
-    def __init__(self, family: Rdict, lower: bytes, upper: bytes, tail: int):
-        # ``Scan``'s fields, unpositioned: ``Store.lane_scan`` seeks where the walk starts.
-        self._options = _bounds(lower, upper)
-        self._it = it = family.iter(self._options)
-        self.valid, self.key, self.value = it.valid, it.key, it.value
-        self.next, self.prev = it.next, it.prev
+    def __init__(self, family: Rdict, lower: bytes, upper: bytes, start: bytes, tail: int):
+        super().__init__(family, lower, upper, False, start)
         self.tail = tail
         self.uses = 0
 
@@ -374,9 +373,9 @@ class Store:
         above the queue's ``gone_seq``), ``tail`` the lane's last seq, every record up to it
         written. The iterator of the lane's previous walk serves again when the tail is the
         same (nothing appended since it was made: it reads what the store holds there; and
-        ``log_appended`` drops it at any append), at most ``LANE_SCAN_USES`` times, sought unless it rests on ``start`` already; a new
-        one is made otherwise. One walk of a lane at a time: the next moves the iterator
-        under the previous one."""
+        ``log_appended`` drops it at any append), at most ``LANE_SCAN_USES`` times, sought
+        unless it rests on ``start`` already; a new one is made otherwise. One walk of a
+        lane at a time: the next moves the iterator under the previous one."""
         lower = keys.log_key(queue_id, lane, start)
         scan = self._lanes.get((queue_id, lane))
         if scan is not None and scan.tail == tail and scan.uses < LANE_SCAN_USES:
@@ -387,8 +386,7 @@ class Store:
                 scan.seek(lower)
             return scan
         first, upper = keys.log_lane_bounds(queue_id, lane)
-        scan = self._lanes[(queue_id, lane)] = LaneScan(self.log, first, upper, tail)
-        scan.seek(lower)
+        scan = self._lanes[(queue_id, lane)] = LaneScan(self.log, first, upper, lower, tail)
         return scan
 
     def reader(self, family: Rdict, lower: bytes, upper: bytes) -> RangeReader:
