@@ -145,13 +145,14 @@ class Engine(EngineCore):
     def send(self, queue: str, messages: Sequence[Any], *,
              caller: str | None = None) -> list[Sent | LaminaError]:
         """Append messages; per entry a ``Sent`` or the error that refused that entry."""
-        return self._messaging.send(queue, messages, caller=caller)
+        results = self._messaging.send(queue, messages, caller=caller)
+        return results if type(results) is list else list(results)
 
     def send_columns(self, queue: str, messages: Sequence[Any], *,
                      caller: str | None = None) -> list[Sent | LaminaError] | SentColumns:
         """``send`` for a server: a batch of plain messages all accepted comes back as
         ``SentColumns`` (ids and digests, spliced into the answer), without a ``Sent`` each."""
-        return self._messaging.send_columns(queue, messages, caller=caller)
+        return self._messaging.send(queue, messages, caller=caller)
 
     def receive(self, queue: str, tag: str | None = None, max: int = 1,
                 visibility_timeout: float | None = None, *, max_bytes: int | None = None,

@@ -58,15 +58,10 @@ class MessagingOps:
     # -- send -------------------------------------------------------------------------------
 
     def send(self, queue: str, messages: Sequence[Any], *,
-             caller: str | None = None) -> list[Sent | LaminaError]:
-        """Append messages; per entry a ``Sent`` or the error that refused that entry."""
-        results = self.send_columns(queue, messages, caller=caller)
-        return results if type(results) is list else list(results)
-
-    def send_columns(self, queue: str, messages: Sequence[Any], *,
-                     caller: str | None = None) -> list[Sent | LaminaError] | SentColumns:
-        """``send``, whose results may come as ``SentColumns`` (a batch of plain messages all
-        accepted): what a server splices into its answer, no ``Sent`` built per entry."""
+             caller: str | None = None) -> list[Sent | LaminaError] | SentColumns:
+        """Append messages; per entry a ``Sent`` or the error that refused that entry, or
+        ``SentColumns`` for a batch of plain messages all accepted (what a server splices
+        into its answer, no ``Sent`` built per entry; ``Engine.send`` makes them)."""
         core = self._core
         with core._operation() as now:
             core._grants.check(caller, "send", queue)
