@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from lamina.engine.errors import LaminaError, error_from_wire
-from lamina.engine.records import Message
+from lamina.engine.records import Message, body_md5
 from lamina.engine.results import (
     Grant,
     PeekPage,
@@ -109,7 +108,7 @@ class Delivery:
     @property
     def md5_ok(self) -> bool:
         """Whether the body matches the MD5 the server computed at send time."""
-        return hashlib.md5(_body_bytes(self.message.body)).digest() == self.message.md5
+        return body_md5(_body_bytes(self.message.body)) == self.message.md5
 
     def _fields(self) -> tuple[Any, ...]:
         return (self.message, self.receipt, self.dequeue_count, self.first_dequeue_time,

@@ -21,7 +21,6 @@ accepted within one window, plus those of queues that have not been sent to sinc
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections import OrderedDict
 from typing import Any, Mapping, Sequence
@@ -30,6 +29,7 @@ import cbor2
 
 from .core import EngineCore
 from .errors import AccessDenied, InvalidArgument, LaminaError, Unavailable
+from .records import body_md5
 from .results import QueueInfo, Sent
 from .store import Store
 from .validation import check_batch
@@ -235,4 +235,4 @@ def _md5_of(entry: Any) -> bytes:
     body = entry.get(1) if isinstance(entry, dict) else entry
     if isinstance(body, str):
         body = body.encode()
-    return hashlib.md5(body if isinstance(body, bytes) else b"").digest()
+    return body_md5(body if isinstance(body, bytes) else b"")

@@ -18,11 +18,17 @@ within a queue, and carrying the lane so a lookup by id is one ``get``.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import cbor2
+
+try:  # CPython's own MD5: missing only where Python was built without its own hashes
+    from _md5 import md5 as _builtin_md5  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - such builds are rare
+    _builtin_md5 = hashlib.md5
 
 PREFIX = struct.Struct(">QQIB")
 PREFIX_SIZE = PREFIX.size
@@ -63,6 +69,25 @@ def cbor_head(major_type: int, argument: int) -> bytes:
     if argument < 0x10000000000000000:
         return _U64.pack(initial | 27, argument)
     raise ValueError(f"CBOR head argument {argument} does not fit in 64 bits")
+
+
+#: Bodies up to this size are digested by CPython's own MD5, larger ones by OpenSSL's
+#: (``hashlib.md5``). OpenSSL 3 looks its algorithm up by name on every call: for a body of
+#: 256 bytes 0.62-0.70 µs against 0.51-0.54, at 1 KiB about even, from 4 KiB on OpenSSL's is
+#: 7-10 % quicker (measured, Python 3.11).
+SHORT_BODY_BYTES = 2048
+
+
+def md5_for(size: int) -> Callable[[bytes], Any]:
+    """The MD5 constructor quickest for bodies of up to ``size`` bytes: ``md5_for(n)(body)
+    .digest()`` is the body's MD5 (the record's ``md5``, the answer's digest), whichever
+    is chosen."""
+    return _builtin_md5 if size <= SHORT_BODY_BYTES else hashlib.md5
+
+
+def body_md5(data: bytes) -> bytes:
+    """The MD5 digest of a body's bytes (UTF-8 for text)."""
+    return md5_for(len(data))(data).digest()
 
 
 def cbor_uint(value: int) -> bytes:

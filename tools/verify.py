@@ -35,7 +35,6 @@ checks the state as of that open.
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -43,7 +42,7 @@ from typing import Any, Callable, Iterator
 import cbor2
 
 from lamina.engine import keys, timeindex
-from lamina.engine.records import PREFIX, PREFIX_SIZE
+from lamina.engine.records import PREFIX, PREFIX_SIZE, body_md5
 from lamina.engine.state import (
     DEAD_MARK,
     DEFAULT_LANE,
@@ -368,7 +367,7 @@ class _QueueCheck:
         size = max(end - first, 0)
         ms_of = array("q", [-1]) * size
         rows = total_bytes = 0
-        unpack, loads, md5 = PREFIX.unpack_from, cbor2.loads, hashlib.md5
+        unpack, loads = PREFIX.unpack_from, cbor2.loads
         log_seq = keys.log_seq
         id_prefix = f"{q.id:08x}"
         for lane in q.lanes_used:
@@ -414,10 +413,10 @@ class _QueueCheck:
                     found(DAMAGE, "record.decode", f"seq {seq} lane {lane}",
                           f"body is {type(body).__name__}, not bytes or text")
                     continue
-                if type(digest) is not bytes or md5(body_bytes).digest() != digest:
+                if type(digest) is not bytes or body_md5(body_bytes) != digest:
                     found(DAMAGE, "record.md5", f"seq {seq} lane {lane}",
                           f"stored md5 {_hex(digest)} != MD5 of the body "
-                          f"{md5(body_bytes).hexdigest()}")
+                          f"{body_md5(body_bytes).hex()}")
                 if not (rec_enqueue == enqueue_ms and rec_visible == visible_ms
                         and rec_priority == priority == lane):
                     found(DAMAGE, "record.prefix", f"seq {seq} lane {lane}",
