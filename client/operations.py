@@ -16,7 +16,6 @@ Receipts may be given as bytes or as the ``Delivery`` they came with.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
