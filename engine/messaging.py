@@ -38,7 +38,6 @@ from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
 from .results import Delivery, FirstDeliveries, Sent, SentColumns, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
-    MAX_BATCH,
     MAX_VISIBILITY_S,
     check_batch,
     check_int,
@@ -47,19 +46,6 @@ from .validation import (
 
 #: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
 _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
-_DELETED_RUN = bytes([ENDED_DELETED]) * MAX_BATCH  # the states of a delete's receipts, ended
-_ANSWERED: list[LaminaError | None] = [None] * MAX_BATCH  # their answers
-
-
-def _mark_guessed(seq: int, count: int, first: int, states: bytearray, run: list[int],
-                  results: list[LaminaError | None]) -> None:
-    """Mark ended the ``count`` entries of a batch with dense seqs (its first ``first``,
-    its ``states``) that ``_delete_receipts`` ended by a right guess, up to ``seq``: their
-    states, their due time's ``run`` and their answers."""
-    low = seq - count + 1
-    states[low - first:seq + 1 - first] = _DELETED_RUN[:count]
-    run.extend(range(low, seq + 1))
-    results.extend(_ANSWERED[:count])
 
 
 class MessagingOps:
@@ -283,27 +269,22 @@ class MessagingOps:
         states, first, dense = bytearray(), 0, False
         batch_seqs: list[int] = []
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
-        seq, limit = -1, -1  # the seq ended last; below ``limit``: below ``last``'s lane cursor
-        # Receipts ended by a right guess since the last ``_mark_guessed``: the entries of
-        # ``last`` from ``seq - guessed + 1`` to ``seq``, marked and answered together.
-        guessed = 0
+        seq, cursor = -1, 0  # the seq ended last, the cursor of ``last``'s lane
         for receipt in receipts:
             if dense:  # ``last`` has dense seqs: guess the entry after the one ended last
-                lease = leases.get(seq + 1)
+                lease = leases.get(seq := seq + 1)  # a wrong guess: the seq is read below
                 # The receipt issued for it proves itself (it holds the seq and the lease
                 # number); an entry of ``last`` is LEASED (a changed lease leaves its batch)
                 # and due when ``last``'s entries are (checked on the first of them); the
                 # seq is above the one ended last, so at or above ``gone_seq``.
                 if (lease is not None and lease.batch is last and type(receipt) is bytes
                         and (issued := lease.receipt) is not None
-                        and compare_digest(issued, receipt) and seq < limit):
-                    seq += 1
+                        and compare_digest(issued, receipt) and seq < cursor):
                     del leases[seq]
-                    guessed += 1
+                    states[seq - first] = ENDED_DELETED
+                    run.append(seq)
+                    append(None)
                     continue
-                if guessed:
-                    _mark_guessed(seq, guessed, first, states, run, results)
-                    guessed = 0
             if plain and type(receipt) is bytes and len(receipt) == RECEIPT_BYTES:
                 seq, number = unpack_claim(receipt)  # ReceiptCodec.claimed_lease
                 lease = leases.get(seq)
@@ -327,7 +308,7 @@ class MessagingOps:
                         states, batch_seqs = batch.states, batch.seqs
                         first = batch_seqs[0]  # dense seqs: an entry's index is its offset
                         dense = batch_seqs[-1] - first == len(batch_seqs) - 1
-                        limit = cursors[lease.lane] - 1
+                        cursor = cursors[lease.lane]
                         states[seq - first if dense else bisect_left(batch_seqs, seq)] = \
                             ENDED_DELETED
                     if lease.due_ms != run_due:
@@ -349,8 +330,6 @@ class MessagingOps:
             plain = not t.heads and not t.rewind_vt
             if not plain:
                 dense = False  # no guess either
-        if guessed:
-            _mark_guessed(seq, guessed, first, states, run, results)
         in_line = len(results) - general
         if due_seqs:
             t.due_index.discard_runs(due_seqs)
