@@ -330,14 +330,16 @@ class Lessor:
             self.t.delay_hint = next_visible
 
     def _save_batch(self, lane: int, batch: LeaseBatch, seqs: list[int],
-                    next_number: int) -> None:
+                    numbers: list[int] | None, next_number: int) -> None:
         """Write the row of a batch of first leases made in line (``_never_delivered``), index
-        their deadline and put their seqs on the tag's heaps. Their lease numbers run without
-        a gap up to ``next_number``. A lone lease is written as its plain ``leases`` row (and
-        leaves ``batch``): one row either way, and that one costs less to build."""
+        their deadline and put their seqs on the tag's heaps. Their lease ``numbers``, or
+        when None (no gap among them, the usual case) the numbers up to ``next_number``. A
+        lone lease is written as its plain ``leases`` row (and leaves ``batch``): one row
+        either way, and that one costs less to build."""
         t, store, due, now = self.t, self.store, self.due_ms, self.now
         self.batches += 1
-        numbers = range(next_number - len(seqs), next_number)
+        if numbers is None:
+            numbers = range(next_number - len(seqs), next_number)  # type: ignore[assignment]
         if len(seqs) == 1:
             t.leases[seqs[0]].batch = None
             save_lone_lease(store, self.q.id, t, lane, seqs[0], due, now, numbers[0])
@@ -393,9 +395,11 @@ class Lessor:
             in_line = not self.dry_run
             room = self.room  # ``_fits``, in line: None, or the bytes left to fill
             limited = room is not None
-            # This lane's first leases: one row (leasebatch.py), its seqs (their lease
-            # numbers run up to ``number``); a lone one becomes its plain row (``_save_batch``).
+            # This lane's first leases: one row (leasebatch.py), its seqs and lease numbers
+            # (None while they run without a gap up to ``number``: a lease made the general
+            # way between two gives them one); a lone one becomes its plain row.
             seqs: list[int] = []
+            numbers: list[int] | None = None
             batch = LeaseBatch(b"", b"", seqs, bytearray())
             # The next lease number: ``t.lease_counter`` once the lane is walked (``_admit``
             # does not read it; ``_lease`` is handed it).
@@ -429,20 +433,20 @@ class Lessor:
                             mac.update(body)
                             receipt = body + mac.digest()
                             if len(seqs) == BATCH_ENTRIES:
-                                self._save_batch(lane, batch, seqs, number)
-                                seqs = []
+                                self._save_batch(lane, batch, seqs, numbers, number)
+                                seqs, numbers = [], None
                                 batch = LeaseBatch(b"", b"", seqs, bytearray())
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
+                            if numbers is not None:
+                                numbers.append(number)
                             number += 1
                             seqs.append(seq)
                             add_record(value[PREFIX_SIZE:])
                             add_receipt(receipt)
                             have += 1
                         else:
-                            if seqs:  # the batch's numbers run without a gap: it ends here
-                                self._save_batch(lane, batch, seqs, number)
-                                seqs = []
-                                batch = LeaseBatch(b"", b"", seqs, bytearray())
+                            if seqs and numbers is None:  # a gap in the batch's numbers
+                                numbers = [*range(number - len(seqs), number)]
                             t.lease_counter = number
                             self._lease(seq, lane, value, None)
                             number = t.lease_counter
@@ -455,7 +459,7 @@ class Lessor:
             t.lease_counter = number
             self.budget, self.room = bound - have, room
             if seqs:
-                self._save_batch(lane, batch, seqs, number)
+                self._save_batch(lane, batch, seqs, numbers, number)
             if self.dry_run:
                 continue
             cursor = self.engine._skip_settled(t, it, tail) if have >= count \
