@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from heapq import heappush
 from itertools import repeat
-from typing import Any
+from typing import Any, Sequence
 
 from . import keys
 from .records import PREFIX, PREFIX_SIZE
@@ -338,14 +338,14 @@ class Lessor:
         either way, and that one costs less to build."""
         t, store, due, now = self.t, self.store, self.due_ms, self.now
         self.batches += 1
-        if numbers is None:
-            numbers = range(next_number - len(seqs), next_number)  # type: ignore[assignment]
+        entries: Sequence[int] = (range(next_number - len(seqs), next_number)
+                                  if numbers is None else numbers)
         if len(seqs) == 1:
             t.leases[seqs[0]].batch = None
-            save_lone_lease(store, self.q.id, t, lane, seqs[0], due, now, numbers[0])
+            save_lone_lease(store, self.q.id, t, lane, seqs[0], due, now, entries[0])
             return
         key = batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
-        batch.head = encode_head(due, now, seqs, numbers)
+        batch.head = encode_head(due, now, seqs, entries)
         batch.states = bytearray(LEASED_STATES * len(seqs))
         store.batch.put(key, batch.row(), store.leasebatches_h)
         t.due_index.add_all(due, seqs)
@@ -393,8 +393,8 @@ class Lessor:
             # through the gate.
             start_ms = t.start_ms if t.filter is None else NEVER
             in_line = not self.dry_run
-            room = self.room  # ``_fits``, in line: None, or the bytes left to fill
-            limited = room is not None
+            limited = self.room is not None  # ``_fits``, in line: the bytes left to fill
+            room = self.room if self.room is not None else 0
             # This lane's first leases: one row (leasebatch.py), its seqs and lease numbers
             # (None while they run without a gap up to ``number``: a lease made the general
             # way between two gives them one); a lone one becomes its plain row.
@@ -457,7 +457,9 @@ class Lessor:
                         cap = bound
                 step()
             t.lease_counter = number
-            self.budget, self.room = bound - have, room
+            self.budget = bound - have
+            if limited:
+                self.room = room
             if seqs:
                 self._save_batch(lane, batch, seqs, numbers, number)
             if self.dry_run:
