@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from . import keys
 from .state import ENDED_DELETED, LEASED, Lease
@@ -66,7 +66,7 @@ def row_size(entries: int) -> int:
 _ROWS: dict[int, struct.Struct] = {}  # entries -> the struct of a row's head (n <= 64)
 
 
-def encode_head(due_ms: int, first_ms: int, seqs: list[int], numbers: list[int]) -> bytes:
+def encode_head(due_ms: int, first_ms: int, seqs: list[int], numbers: Sequence[int]) -> bytes:
     n = len(seqs)
     head = _ROWS.get(n)
     if head is None:

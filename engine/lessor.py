@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from heapq import heappush
 from itertools import repeat
-from typing import Any
+from typing import Any, Sequence
 
 from . import keys
 from .records import PREFIX, PREFIX_SIZE
@@ -329,19 +329,23 @@ class Lessor:
         if not self.dry_run:
             self.t.delay_hint = next_visible
 
-    def _save_batch(self, lane: int, batch: LeaseBatch | None, seqs: list[int],
-                    numbers: list[int]) -> None:
+    def _save_batch(self, lane: int, batch: LeaseBatch, seqs: list[int],
+                    numbers: list[int] | None, next_number: int) -> None:
         """Write the row of a batch of first leases made in line (``_never_delivered``), index
-        their deadline and put their seqs on the tag's heaps. A lone lease (``batch`` None)
-        is written as its plain ``leases`` row: one row either way, and that one costs less
-        to build."""
+        their deadline and put their seqs on the tag's heaps. Their lease ``numbers``, or
+        when None (no gap among them, the usual case) the numbers up to ``next_number``. A
+        lone lease is written as its plain ``leases`` row (and leaves ``batch``): one row
+        either way, and that one costs less to build."""
         t, store, due, now = self.t, self.store, self.due_ms, self.now
         self.batches += 1
-        if batch is None:
-            save_lone_lease(store, self.q.id, t, lane, seqs[0], due, now, numbers[0])
+        entries: Sequence[int] = (range(next_number - len(seqs), next_number)
+                                  if numbers is None else numbers)
+        if len(seqs) == 1:
+            t.leases[seqs[0]].batch = None
+            save_lone_lease(store, self.q.id, t, lane, seqs[0], due, now, entries[0])
             return
         key = batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
-        batch.head = encode_head(due, now, seqs, numbers)
+        batch.head = encode_head(due, now, seqs, entries)
         batch.states = bytearray(LEASED_STATES * len(seqs))
         store.batch.put(key, batch.row(), store.leasebatches_h)
         t.due_index.add_all(due, seqs)
@@ -384,55 +388,80 @@ class Lessor:
                 it = store.lane_scan(qid, lane, start, tail)
             valid, value_of, key_of, step = it.valid, it.value, it.key, it.next
             # A plain message (no topic) that every message of the tag's scope passes is
-            # admitted without the general gate.
-            plain_scope = t.filter is None
-            start_ms, start_seq = t.start_ms, t.start_seq
+            # admitted without the general gate: a scope without filter, from its start time
+            # (the walk starts at or past ``start_seq``); with a filter every record goes
+            # through the gate.
+            start_ms = t.start_ms if t.filter is None else NEVER
             in_line = not self.dry_run
-            room = self.room  # ``_fits``, in line: None, or the bytes left to fill
-            batch: LeaseBatch | None = None  # this lane's first leases: one row (leasebatch.py)
-            seqs: list[int] = []  # its seqs and lease numbers
-            numbers: list[int] = []
-            budget = self.budget  # this loop's own (``_admit``, ``_lease`` do not read it)
-            while budget > 0 and valid() and have < count:
+            limited = self.room is not None  # ``_fits``, in line: the bytes left to fill
+            room = self.room if self.room is not None else 0
+            # This lane's first leases: one row (leasebatch.py), its seqs and lease numbers
+            # (None while they run without a gap up to ``number``: a lease made the general
+            # way between two gives them one); a lone one becomes its plain row.
+            seqs: list[int] = []
+            numbers: list[int] | None = None
+            batch = LeaseBatch(b"", b"", seqs, bytearray())
+            # The next lease number: ``t.lease_counter`` once the lane is walked (``_admit``
+            # does not read it; ``_lease`` is handed it).
+            number = t.lease_counter
+            # The examine budget (``self.budget``: records looked at) in the loop's terms:
+            # while ``have`` is below ``bound`` some is left, as every record looked at is
+            # either leased (``have`` rises) or passed (``bound`` falls); ``cap`` the lower
+            # of ``bound`` and ``count``. (``_admit`` and ``_lease`` do not read the budget.)
+            bound = self.budget + have
+            cap = count if count < bound else bound
+            while have < cap and valid():
                 value = value_of()
                 enqueue_ms, visible_ms, topic_id, _ = unpack(value)
-                budget -= 1
                 if visible_ms == enqueue_ms and (seq := seq_of(key_of(), 5)[0]) not in leases:
-                    if not ((topic_id == 0 and plain_scope and enqueue_ms >= start_ms
-                             and seq >= start_seq) or self._admit(seq, value)):
+                    if not ((topic_id == 0 and enqueue_ms >= start_ms)
+                            or self._admit(seq, value)):
                         self.tag_moved = True  # passed (a parked topic): the row tells it
+                        bound -= 1
+                        if bound < cap:
+                            cap = bound
                     else:
-                        if room is not None:
+                        if limited:
                             needed = len(value) + DELIVERY_OVERHEAD_BYTES  # as ``_fits``
                             if have and needed > room:
+                                bound -= 1  # looked at
                                 break
                             room -= needed
                         if topic_id == 0 and in_line:
-                            number = t.lease_counter
-                            t.lease_counter = number + 1
                             body = pack_body(qid, tid, lane, seq, number)
                             mac = keyed_copy()  # ReceiptCodec.issue, in line
                             mac.update(body)
                             receipt = body + mac.digest()
                             if len(seqs) == BATCH_ENTRIES:
-                                self._save_batch(lane, batch, seqs, numbers)
-                                seqs, numbers, batch = [], [], None
-                            elif batch is None and seqs:  # a second lease: a batch row
+                                self._save_batch(lane, batch, seqs, numbers, number)
+                                seqs, numbers = [], None
                                 batch = LeaseBatch(b"", b"", seqs, bytearray())
-                                leases[seqs[0]].batch = batch
                             leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, batch)
+                            if numbers is not None:
+                                numbers.append(number)
+                            number += 1
                             seqs.append(seq)
-                            numbers.append(number)
                             add_record(value[PREFIX_SIZE:])
                             add_receipt(receipt)
                             have += 1
                         else:
+                            if seqs and numbers is None:  # a gap in the batch's numbers
+                                numbers = [*range(number - len(seqs), number)]
+                            t.lease_counter = number
                             self._lease(seq, lane, value, None)
+                            number = t.lease_counter
                             have = len(out) + len(records)
+                else:  # delayed (the delay index brings it), or leased: passed
+                    bound -= 1
+                    if bound < cap:
+                        cap = bound
                 step()
-            self.budget, self.room = budget, room
+            t.lease_counter = number
+            self.budget = bound - have
+            if limited:
+                self.room = room
             if seqs:
-                self._save_batch(lane, batch, seqs, numbers)
+                self._save_batch(lane, batch, seqs, numbers, number)
             if self.dry_run:
                 continue
             cursor = self.engine._skip_settled(t, it, tail) if have >= count \

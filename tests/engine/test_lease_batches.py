@@ -91,6 +91,25 @@ def test_receipts_of_a_batch_are_deleted_after_a_restart(open_engine, clock):
     assert [d.body for d in engine.receive("q", max=3)] == [b"a", b"c"]
 
 
+def test_plain_leases_around_a_topics_lease_share_one_row_and_all_survive_a_restart(
+        open_engine, clock):
+    engine = open_engine()
+    engine.create_queue("q", {"visibility_timeout": 30})
+    engine.send("q", [b"a", b"b", {1: b"t1", 3: "t"}, b"c", b"d", b"e"])
+    held = engine.receive("q", max=6)
+    assert [d.body for d in held] == [b"a", b"b", b"t1", b"c", b"d", b"e"]
+    # The plain leases before and after the topic's are one row, their lease numbers with a
+    # gap where the topic's lease took one; the topic's lease has its plain row.
+    assert (rows(engine, "leasebatches"), rows(engine, "leases")) == (1, 1)
+    engine.close()
+    clock.advance(10_000)
+    engine = open_engine()
+    assert engine.delete("q", [d.receipt for d in held[1::2]]) == [None] * 3
+    assert states(engine, held) == [("inflight", 1), ("deleted", 1)] * 3
+    clock.advance(21_000)
+    assert [d.body for d in engine.receive("q", max=6)] == [b"a", b"t1", b"d"]
+
+
 def test_a_visibility_change_of_a_batch_lease_outlives_its_batch_entry(open_engine, clock):
     engine, held, changed = _three_held_the_second_changed(open_engine)
     engine.close()
