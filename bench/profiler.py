@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["AREAS", "PySpy", "by_area", "top_functions"]
@@ -59,6 +60,16 @@ class PySpy:
             raise RuntimeError(f"py-spy wrote no profile: {err.decode(errors='replace')[-500:]}")
 
 
+def _samples(raw: Path) -> Iterator[tuple[str, int]]:
+    """The (stack, samples) lines of a ``raw`` profile. Lines are split at newlines only (a
+    frame's text may hold a carriage return), and a line without a stack and a count, as a
+    profile cut off mid-line, is skipped."""
+    for line in raw.read_bytes().decode(errors="replace").split("\n"):
+        stack, _, count_text = line.rpartition(" ")
+        if stack and count_text.strip().isdigit():
+            yield stack, int(count_text)
+
+
 def top_functions(raw: Path, limit: int = 30) -> tuple[int, list[tuple[str, int, int]]]:
     """From a ``raw`` profile: (total samples, [(function, self samples, inclusive samples)])
     sorted by inclusive samples. A function is ``name (file:line)`` as py-spy names frames,
@@ -66,11 +77,7 @@ def top_functions(raw: Path, limit: int = 30) -> tuple[int, list[tuple[str, int,
     self_counts: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
-        count = int(count_text)
+    for stack, count in _samples(raw):
         total += count
         frames = [_function(frame) for frame in stack.split(";")]
         self_counts[frames[-1]] += count
@@ -87,7 +94,7 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine: db.write (Store.flush)", ("Store.flush",)),
     ("engine: send loop (append: md5, record, batch put, Sent)", ("appending.py",
                                                                   "Appender.append")),
-    ("engine: receive (_Lessor, leases, receipts)", ("MessagingOps.receive", "_Lessor")),
+    ("engine: receive (Lessor, leases, receipts)", ("MessagingOps.receive", "Lessor.")),
     ("engine: delete", ("MessagingOps.delete",)),
     ("engine: send, the rest (counters, checks)", ("MessagingOps.send",)),
     ("engine: operation frame and the rest", ("lamina/engine/",)),
@@ -100,9 +107,9 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("server: socket reads (receive_some)", ("SocketStream.receive_some", "trio/_socket.py")),
     ("server: dispatch (check_request, apply_operation)", ("dispatch.py",
                                                            "Server._apply_request")),
-    ("server: waiting receives", ("waiters.py", "_serve_waiters", "Server._receive")),
-    ("server: applier and group commit", ("Server._commit_group", "Server._applier",
-                                          "Server._syncer")),
+    ("server: waiting receives", ("waiters.py", "receives.py")),
+    ("server: busy polling", ("busypoll.py",)),
+    ("server: applier and group commit", ("GroupApplier.", "groups.py")),
     ("server: connection reader (channels to the applier)", ("Connection._reader",
                                                              "Connection._handle",
                                                              "trio/_channel.py")),
@@ -115,15 +122,12 @@ def by_area(raw: Path) -> tuple[int, list[tuple[str, int]]]:
     largest first; what matches no rule is "other"."""
     counts: Counter[str] = Counter()
     total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
+    for stack, count in _samples(raw):
         frames = stack.split(";")
         area = next((name for name, words in AREAS
                      if any(word in frame for frame in frames for word in words)), "other")
-        counts[area] += int(count_text)
-        total += int(count_text)
+        counts[area] += count
+        total += count
     return total, counts.most_common()
 
 

@@ -151,10 +151,32 @@ def test_profile_function_totals(tmp_path: Path) -> None:
     assert by_name["receive (c.py)"] == (60, 60)
 
 
+def test_profile_lines_cut_or_holding_a_carriage_return_are_read_or_skipped(tmp_path: Path
+                                                                            ) -> None:
+    raw = tmp_path / "profile.txt"
+    raw.write_bytes(b"main (a.py:1);send (odd\rname.py:9) 30\n"
+                    b"main (a.py:1);handle (b.py:6) 10\n"
+                    b"main (a.py:1);handle (b.py:")  # cut off mid-line
+    total, rows = top_functions(raw)
+    assert total == 40
+    assert {name: own for name, own, _ in rows}["send (odd\rname.py)"] == 30
+    assert by_area(raw)[0] == 40
+
+
+def test_profile_areas_name_the_server_parts(tmp_path: Path) -> None:
+    raw = tmp_path / "server.txt"
+    raw.write_text(
+        "run (trio/_core/_run.py:1);BusyPoll._poll (lamina/server/busypoll.py:2) 2\n"
+        "run (trio/_core/_run.py:1);GroupApplier.apply_lone_now (lamina/server/applier.py:3)"
+        " 1\n")
+    assert by_area(raw)[1] == [("server: busy polling", 2),
+                               ("server: applier and group commit", 1)]
+
+
 def test_profile_areas(tmp_path: Path) -> None:
     raw = tmp_path / "server.txt"
     raw.write_text(
-        "run (trio/_core/_run.py:1);Server._commit_group (lamina/server/server.py:2);"
+        "run (trio/_core/_run.py:1);GroupApplier._commit_group (lamina/server/applier.py:2);"
         "EngineCore._write_pending (lamina/engine/core.py:3);Store.flush (lamina/engine/"
         "store.py:4) 3\n"
         "run (trio/_core/_run.py:1);Connection._reader (lamina/server/connection.py:5);"
