@@ -2,8 +2,8 @@
 
 The array's head and the op's text are encoded once and spliced around the id's head and the
 ``args`` map (cbor2), so the bytes are exactly those of ``cbor2.dumps([id, op, args])`` behind
-its length prefix, in one copy and without cbor2 walking the outer array (a ping's frame: about
-0.8 µs instead of 1.5).
+its length prefix, in one copy and without cbor2 walking the outer array (a ping's whole
+``ClientConnection.encode_request``: about 0.65 µs instead of 1.55).
 """
 
 from __future__ import annotations
