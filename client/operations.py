@@ -280,10 +280,11 @@ def _receipts(values: Iterable[Any]) -> list[Any]:
     return [value.receipt if isinstance(value, Delivery) else value for value in values]
 
 
-def _receipts_args(queue: str, tag: str | None, receipts: Iterable[Any]) -> dict[str, Any]:
-    """A delete's or dead's arguments, as :func:`_args` builds them, without its keyword dict."""
+def _receipts_args(queue: str, tag: str | None, receipts: list[Any]) -> dict[str, Any]:
+    """A delete's or dead's arguments (``receipts`` as :func:`_receipts` made them), as
+    :func:`_args` builds them, without its keyword dict."""
     args: dict[str, Any] = {"queue": queue} if tag is None else {"queue": queue, "tag": tag}
-    args["receipts"] = _receipts(receipts)
+    args["receipts"] = receipts
     return args
 
 
@@ -395,7 +396,8 @@ class Operations(ABC):
 
     def delete(self, queue: str, receipts: Iterable[Any],
                tag: str | None = None) -> list[LaminaError | None]:
-        return self._call("delete", _receipts_args(queue, tag, receipts), _decode_nulls)
+        return self._call("delete", _receipts_args(queue, tag, _receipts(receipts)),
+                          _decode_nulls)
 
     def delete_and_receive(self, queue: str, receipts: Iterable[Any], tag: str | None = None,
                            max: int | None = None, wait: float | None = None,
@@ -427,7 +429,8 @@ class Operations(ABC):
     def dead(self, queue: str, receipts: Iterable[Any],
              tag: str | None = None) -> list[LaminaError | None]:
         """Move received messages to the queue's dead-letter queue now."""
-        return self._call("dead", _receipts_args(queue, tag, receipts), _decode_nulls)
+        return self._call("dead", _receipts_args(queue, tag, _receipts(receipts)),
+                          _decode_nulls)
 
     def peek(self, queue: str, tag: str | None = None, max: int | None = None,
              start: int | None = None, after: str | None = None,
