@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence, TypeVar
 
-from lamina.engine.errors import InvalidArgument
+from lamina.engine.errors import InvalidArgument, error_from_wire
 from lamina.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from lamina.wire.protocol import DEFAULT_PORT, MAX_BUSY_POLL_US, ClientConnection, Greeting, Response
 
@@ -41,8 +41,8 @@ from .operations import Delivery, Operations
 from .transport import (
     Answers,
     auth_args,
+    encode_request,
     encode_requests,
-    raise_for,
     tls_context,
 )
 
@@ -67,7 +67,10 @@ class Client(Operations):
         self._proto = ClientConnection(max_frame_bytes=max_frame_bytes)
         self._answers = Answers()
         self._send_lock = threading.Lock()
-        self._state = threading.Condition()  # guards _proto, _answers, _reading, _sleepers
+        # _lock guards _proto, _answers, _reading, _sleepers; _state is its Condition. Plain
+        # ``with self._lock`` where no one waits: a Condition's enter and exit are Python calls.
+        self._lock = threading.Lock()
+        self._state = threading.Condition(self._lock)
         self._receive_buffer = bytearray(_RECEIVE_BYTES)  # only the reading thread uses it
         self._receive_view = memoryview(self._receive_buffer)
         self._reading = False  # a thread is reading the socket for everyone
@@ -144,8 +147,21 @@ class Client(Operations):
     # -- requests -----------------------------------------------------------------------------
 
     def _call(self, op: str, args: dict[str, Any], decode: Callable[[dict[str, Any]], T]) -> T:
-        (request_id,) = self._send(((op, args),))
-        return raise_for(self._wait_for(request_id), decode)
+        # _send and raise_for for one request, in line: every call of a caller pays this path.
+        with self._send_lock:
+            with self._lock:
+                if self._answers.failure is not None:
+                    raise self._answers.failure
+                request_id, frame = encode_request(self._proto, op, args)
+            try:
+                self._sock.sendall(frame)
+            except OSError as exc:
+                with self._lock:
+                    raise self._answers.fail(ConnectionLost, f"connection lost: {exc}") from None
+        response = self._wait_for(request_id)
+        if response[1] is not None:
+            raise error_from_wire(response[1])
+        return decode(response[2])  # type: ignore[arg-type]  # a success has its result map
 
     def _call_many(self, requests: Sequence[tuple[str, dict[str, Any]]],
                    finish: Callable[[list[Response]], T]) -> T:
@@ -155,7 +171,7 @@ class Client(Operations):
         """Write ``requests`` in one write; -> their ids. If one cannot be encoded, the ones
         before it are still sent and answered, then its error is raised."""
         with self._send_lock:
-            with self._state:
+            with self._lock:
                 if self._answers.failure is not None:
                     raise self._answers.failure
                 ids, frames, error = encode_requests(self._proto, requests)
@@ -163,7 +179,7 @@ class Client(Operations):
                 try:
                     self._sock.sendall(frames[0] if len(frames) == 1 else b"".join(frames))
                 except OSError as exc:
-                    with self._state:
+                    with self._lock:
                         raise self._answers.fail(ConnectionLost, f"connection lost: {exc}") from None
         if error is not None:
             for request_id in ids:
@@ -173,10 +189,12 @@ class Client(Operations):
 
     def _wait_for(self, request_id: int) -> Response:
         """Leader/follower: one waiting thread reads at a time and hands the others their
-        answers; the others sleep. A lone thread takes one lock per read."""
+        answers; the others sleep. A thread alone takes the lock twice a call: to become the
+        reader, and to parse what it read; a read holding just its own answer (the usual one)
+        goes to no one else and leaves nothing behind."""
         answers = self._answers
-        state = self._state
-        with state:
+        lock = self._lock
+        with lock:
             while True:
                 response = answers.responses.pop(request_id, None)
                 if response is not None:
@@ -188,31 +206,41 @@ class Client(Operations):
                     break
                 self._sleepers += 1
                 try:
-                    state.wait()
+                    self._state.wait()
                 finally:
                     self._sleepers -= 1
+        reading = True  # this thread is the reader, until it hands that on
         try:
             while True:
                 data = self._receive()
-                with state:
+                with lock:
                     if not data:
                         raise answers.fail(ConnectionLost, "the server closed the connection")
-                    answers.take(self._proto.receive_data(data))
+                    events = self._proto.receive_data(data)
+                    if len(events) == 1:
+                        event = events[0]
+                        if type(event) is Response and event[0] == request_id:
+                            self._reading = reading = False
+                            if self._sleepers:
+                                self._state.notify_all()  # one of them reads next
+                            return event
+                    answers.take(events)
                     response = answers.responses.pop(request_id, None)
                     if response is not None or answers.failure is not None:
-                        self._reading = False
+                        self._reading = reading = False
                         if self._sleepers:
-                            state.notify_all()
+                            self._state.notify_all()
                         if response is not None:
                             return response
                         raise answers.failure
                     if self._sleepers and answers.responses:
-                        state.notify_all()  # their answers came in
+                        self._state.notify_all()  # their answers came in
         except BaseException:
-            with state:
-                self._reading = False
-                if self._sleepers:
-                    state.notify_all()
+            with lock:
+                if reading:  # not if it handed the reading on (raising the failure)
+                    self._reading = False
+                    if self._sleepers:
+                        self._state.notify_all()
             raise
 
     def _receive(self) -> bytes:

@@ -273,6 +273,35 @@ def _receipt(value: Any) -> Any:
     return value.receipt if isinstance(value, Delivery) else value
 
 
+def _receipts(values: Iterable[Any]) -> list[Any]:
+    """:func:`_receipt` of each, without a call each (a batch's every message)."""
+    return [value.receipt if isinstance(value, Delivery) else value for value in values]
+
+
+def _receipts_args(queue: str, tag: str | None, receipts: list[Any]) -> dict[str, Any]:
+    """A delete's or dead's arguments (``receipts`` as :func:`_receipts` made them), as
+    :func:`_args` builds them, without its keyword dict."""
+    args: dict[str, Any] = {"queue": queue} if tag is None else {"queue": queue, "tag": tag}
+    args["receipts"] = receipts
+    return args
+
+
+def _receive_args(queue: str, tag: str | None, max: int | None, wait: float | None,
+                  visibility_timeout: float | None) -> dict[str, Any]:
+    """A receive's arguments (as :func:`_args` builds them, in the same order): a consumer's
+    every call, so built without a keyword dict to filter."""
+    args: dict[str, Any] = {"queue": queue}
+    if tag is not None:
+        args["tag"] = tag
+    if max is not None:
+        args["max"] = max
+    if wait is not None:
+        args["wait"] = wait
+    if visibility_timeout is not None:
+        args["visibility_timeout"] = visibility_timeout
+    return args
+
+
 def _args(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
@@ -360,14 +389,12 @@ class Operations(ABC):
                 wait: float | None = None,
                 visibility_timeout: float | None = None) -> list[Delivery]:
         """Lease up to ``max`` messages, waiting up to ``wait`` seconds for the first."""
-        return self._call("receive", _args(queue=queue, tag=tag, max=max, wait=wait,
-                                           visibility_timeout=visibility_timeout),
+        return self._call("receive", _receive_args(queue, tag, max, wait, visibility_timeout),
                           _decode_deliveries)
 
     def delete(self, queue: str, receipts: Iterable[Any],
                tag: str | None = None) -> list[LaminaError | None]:
-        return self._call("delete", _args(queue=queue, tag=tag,
-                                          receipts=[_receipt(r) for r in receipts]),
+        return self._call("delete", _receipts_args(queue, tag, _receipts(receipts)),
                           _decode_nulls)
 
     def delete_and_receive(self, queue: str, receipts: Iterable[Any], tag: str | None = None,
@@ -382,12 +409,11 @@ class Operations(ABC):
         If either request fails as a whole, its error is raised (the delete's first); the
         other's outcome rides on the exception as ``delete_results`` and ``deliveries``
         (None for one that failed too). A failed receive does not undo the delete."""
-        wire = [_receipt(r) for r in receipts]
-        receive = ("receive", _args(queue=queue, tag=tag, max=max, wait=wait,
-                                    visibility_timeout=visibility_timeout))
+        wire = _receipts(receipts)
+        receive = ("receive", _receive_args(queue, tag, max, wait, visibility_timeout))
         if not wire:
             return self._call_many((receive,), _received_only)
-        delete = ("delete", _args(queue=queue, tag=tag, receipts=wire))
+        delete = ("delete", _receipts_args(queue, tag, wire))
         return self._call_many((delete, receive), _deleted_and_received)
 
     def change_visibility(self, queue: str, entries: Iterable[Sequence[Any]],
@@ -401,8 +427,7 @@ class Operations(ABC):
     def dead(self, queue: str, receipts: Iterable[Any],
              tag: str | None = None) -> list[LaminaError | None]:
         """Move received messages to the queue's dead-letter queue now."""
-        return self._call("dead", _args(queue=queue, tag=tag,
-                                        receipts=[_receipt(r) for r in receipts]),
+        return self._call("dead", _receipts_args(queue, tag, _receipts(receipts)),
                           _decode_nulls)
 
     def peek(self, queue: str, tag: str | None = None, max: int | None = None,

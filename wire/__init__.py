@@ -4,6 +4,7 @@ Both the server and the clients use it; it touches no socket and imports neither
 
 - ``framing``: frames, strict CBOR decoding, CBOR head sizes;
 - ``splicing``: receive, peek, send and batch-entry frames built around stored records;
+- ``requests``: a request's frame, spliced around its args (the clients' hot path);
 - ``events``: what parsing the peer's bytes yields (``Request``, ``Response``, ...);
 - ``answers``: what a server's operation produces before it becomes bytes;
 - ``protocol``: the connection state machines, :class:`ServerConnection` and
