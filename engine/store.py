@@ -83,7 +83,11 @@ def _bounds(lower: bytes, upper: bytes) -> ReadOptions:
 
 
 class Scan:
-    """A bounded RocksDB iterator that owns its read options (see ``Store`` reads)."""
+    """A bounded RocksDB iterator that owns its read options (see ``Store`` reads).
+
+    Step it (``next``, ``prev``) only while ``valid()``: rocksdict's iterator crashes the
+    process (a segmentation fault) when stepped past its end; ``key`` and ``value`` give None
+    there."""
 
     __slots__ = ("_options", "_it", "valid", "key", "value", "next", "prev")
 
