@@ -12,7 +12,9 @@ so both see the same machine drift. A round times ``calls`` requests of each kin
 ``time.process_time_ns()``; the best of ``rounds`` rounds is reported, in µs. ``delete1.*``
 is a delete of one message received just before; ``engine.delete1`` deletes of one, in order;
 the ``*_new_ms`` figures put each operation in a millisecond of its own (as W4's requests,
-a round trip apart, are).
+a round trip apart, are); ``engine.w3_cycle`` is W3's cycle (a long poll's empty receive of
+up to 16, the send of one that wakes it, the retry that finds it, its delete) on an empty
+queue.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class _Child:
         self.engine.create_queue("idle")
         self.engine.send("idle", self.sixteen)
         self.engine.receive("idle", max=BATCH, visibility_timeout=43_200)
+        self.engine.create_queue("w3")  # kept empty by W3's cycles (``_w3_cycle``)
 
     def _frames(self, op: str, args_of: Callable[[int], dict[str, Any]], count: int
                 ) -> list[bytes]:
@@ -188,7 +191,24 @@ class _Child:
         for receipt in receipts:
             engine.delete("q", [receipt])
         figures.update(self._engine_singles(calls))
+        figures.update(self._w3_cycle(calls))
         return figures
+
+    def _w3_cycle(self, calls: int) -> dict[str, float]:
+        """The engine alone, W3's cycle: the long poll's receive of up to 16 that finds
+        nothing (and waits), the send of one that wakes it, the waiter's retry (a receive
+        of up to 16 that finds that one), its delete."""
+        engine, one = self.engine, self.one
+        receive = getattr(engine, "receive_columns", engine.receive)
+        clock = time.process_time_ns
+        started = clock()
+        for _ in range(calls):
+            receive("w3", max=BATCH, max_bytes=1 << 21)
+            engine.send("w3", one)
+            got = receive("w3", max=BATCH, max_bytes=1 << 21)
+            engine.delete("w3", getattr(got, "receipts", None)
+                          or [delivery.receipt for delivery in got])
+        return {"engine.w3_cycle": (clock() - started) / calls / 1000}
 
     def _engine_singles(self, calls: int) -> dict[str, float]:
         """The engine alone, one message an operation: deletes of 1 (of messages received

@@ -410,6 +410,8 @@ class EngineCore(StoreRecovery):
             self._dead_letters.settle_sources(q, sources, now)
 
     def _settle_queue(self, q: QueueState, now: int) -> None:
+        if q.gone_seq >= q.next_seq:  # all gone (a consumer that keeps up): nothing can rise,
+            return  # as every watermark below is at most ``next_seq``
         floor = delayed_floor(self._store, q) if q.delayseq_from < q.next_seq else q.next_seq
         for t in q.tags.values():
             held_from = tag_floor(self._store, self._queues, self._now, q, t)

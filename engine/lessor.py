@@ -64,18 +64,21 @@ def save_lone_lease(store: Store, qid: int, t: TagState, lane: int, seq: int, du
 
 
 def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
-                visibility_ms: int) -> Delivery | None:
-    """A receive of one, done as ``Lessor.run`` does it, in the commonest case: one lane, no
-    deadline nor delay end due, the tag's row not to be written, and the cursor's record a
-    plain first delivery (no topic, no delay, in a scope without filter). None, having
-    changed nothing, in any other case: the caller takes the general path."""
+                visibility_ms: int, count: int = 1) -> Delivery | None:
+    """A receive of up to ``count``, done as ``Lessor.run`` does it, in the commonest case
+    where it leases one message: one lane, no deadline nor delay end due, the tag's row not
+    to be written, and the cursor's record a plain first delivery (no topic, no delay, in a
+    scope without filter) — for ``count`` above one, the lane's last record (a long poll
+    woken by a send of one: the Lessor would lease it alone, whatever ``max_bytes``, since a
+    receive's first delivery always fits). None, having changed nothing, in any other case:
+    the caller takes the general path."""
     if (t.min_due_ms <= now or t.delay_hint <= now or t.lease_counter >= t.counter_ceiling
             or len(q.lanes_used) != 1 or t.filter is not None):
         return None
     lane = q.lanes_used[0]
     tail, cursors, start_seq = q.lane_tail[lane], t.cursors, t.start_seq
     seq = max(cursors[lane], q.gone_seq, start_seq)
-    if seq > tail:
+    if seq > tail or (seq < tail and count > 1):
         return None
     store, qid, leases, start_ms = engine._store, q.id, t.leases, t.start_ms
     log, last = store.log, store.last_record

@@ -98,7 +98,7 @@ class MessagingOps:
             counters = core._counters
             rows, held, settled = 0, False, False
             if not nothing_to_deliver(q, t, now):
-                first = lease_first(core, q, t, now, visibility_ms) if count == 1 else None
+                first = lease_first(core, q, t, now, visibility_ms, count)
                 if first is not None:  # the commonest receive of one, as the Lessor does it
                     deliveries, rows = [first], 1
                     held = counters.received(q.id, t.id, 1, len(first.record), True)

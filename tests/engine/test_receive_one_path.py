@@ -24,6 +24,7 @@ entries = st.sampled_from([b"plain", b"plain", {1: b"late", 5: 1}, {1: b"high", 
 steps = st.one_of(
     st.tuples(st.just("send"), st.lists(entries, min_size=1, max_size=3)),
     st.tuples(st.just("receive"), st.sampled_from([None, 1, 30])),
+    st.tuples(st.just("receive16"), st.sampled_from([None, 30])),
     st.tuples(st.just("delete"), st.integers(0, 5)),
     st.tuples(st.just("advance"), st.sampled_from([1, 700, 1_100, 31_000])),
     st.tuples(st.just("tag"), st.just(None)),
@@ -54,9 +55,10 @@ def play(path: Path, clock: FakeClock, scenario: list[tuple[str, Any]], answers:
         for op, arg in scenario:
             if op == "send":
                 answers.append([type(sent).__name__ for sent in engine.send("q", arg)])
-            elif op == "receive":
+            elif op in ("receive", "receive16"):
                 for tag in tags:
-                    got = engine.receive("q", tag, visibility_timeout=arg)
+                    got = engine.receive("q", tag, max=16 if op == "receive16" else 1,
+                                         visibility_timeout=arg)
                     answers.append([(d.record, d.receipt, d.dequeue_count,
                                      d.first_dequeue_time, d.next_visible_time) for d in got])
                     held.extend(d.receipt for d in got if tag is None)
@@ -106,6 +108,19 @@ def test_w4s_receive_one_delete_one_takes_the_short_path_with_the_general_paths_
         scenario += [("receive", None), ("delete", 0), ("advance", 1)]
     fast, general, taken = both_paths(tmp_path, scenario)
     assert taken == 3  # the tag's first receive writes its row: the general path's case
+    assert fast == general
+
+
+def test_a_long_polls_receive_of_16_after_a_send_of_one_takes_the_short_path_alike(
+        tmp_path):
+    # W3: each send of one wakes a receive of up to 16, which finds that one message alone.
+    scenario: list[tuple[str, Any]] = [("send", [b"plain"]), ("receive16", None)]
+    for _ in range(4):
+        scenario += [("delete", 0), ("send", [b"plain"]), ("receive16", None),
+                     ("advance", 1)]
+    scenario += [("send", [b"plain"] * 2), ("receive16", None)]  # two: the general path
+    fast, general, taken = both_paths(tmp_path, scenario)
+    assert taken == 4  # the tag's first receive writes its row: the general path's case
     assert fast == general
 
 
