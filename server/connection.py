@@ -335,9 +335,10 @@ class Connection:
         on_read = self._on_read
         drained = False  # the last read emptied the socket: wait before reading again
         outbox, max_inflight = self.outbox, self.limits.max_inflight
+        unanswered = proto.outstanding_ids  # the live set: no property call a read
         while not (self._stop_reading or self._closing):
             if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
-                    or proto.outstanding_count >= max_inflight) and not self._may_read():
+                    or len(unanswered) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return

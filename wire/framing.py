@@ -322,8 +322,10 @@ def decode_item(body: bytes, max_items: int | None = None) -> Any:
         except Exception:
             pass
         else:
-            if (type(pair) is list and len(pair) == 2 and type(pair[1]) is bytes
-                    and pair[1] == _SENTINEL):
+            # The array of 2 is ours, so a decoded one is a list of 2; its second item is the
+            # sentinel unless the body's item ran into it. Only bytes equal bytes (cbor2
+            # decodes byte strings as bytes, never as bytearray or memoryview).
+            if pair[1] == _SENTINEL:
                 return pair[0]
     elif max_items is not None:
         check_item_count(body, max_items)

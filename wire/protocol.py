@@ -234,26 +234,30 @@ class ServerConnection:
         self.auth_required = auth_required
         self.max_frame_bytes = max_frame_bytes
         self.nonce = bytes(nonce)
-        self._pre_auth = auth_required
+        #: True until :meth:`authenticated`, when the greeting says auth is required (read it;
+        #: a plain attribute, read on every request).
+        self.pre_auth = auth_required
         self._frames = FrameReader(PRE_AUTH_MAX_FRAME_BYTES if auth_required else max_frame_bytes)
         self._outstanding: set[int] = set()
         self._greeted = False
         self._closed = False
-        self._protocol_error: ProtocolError | None = None
+        #: The violation that ends this connection, once one has been seen (read it).
+        self.protocol_error: ProtocolError | None = None
         #: Part of a frame is buffered (the last :meth:`receive_data` left bytes unparsed).
         self.buffering = False
 
     # -- state -----------------------------------------------------------------------------
 
     @property
-    def pre_auth(self) -> bool:
-        """True until :meth:`authenticated`, when the greeting says auth is required."""
-        return self._pre_auth
-
-    @property
     def outstanding_count(self) -> int:
         """Requests delivered and not yet answered; compare with ``max_inflight``."""
         return len(self._outstanding)
+
+    @property
+    def outstanding_ids(self) -> set[int]:
+        """The ids of the requests delivered and not yet answered: the live set, to read (its
+        length is :attr:`outstanding_count`), never to change."""
+        return self._outstanding
 
     @property
     def front_frame_bytes(self) -> int:
@@ -268,19 +272,14 @@ class ServerConnection:
     def reading_paused(self) -> bool:
         """Rule 4: pre-auth with a request unanswered. Stop reading the socket until it is
         answered: bytes fed meanwhile are buffered unparsed, without bound."""
-        return self._pre_auth and bool(self._outstanding)
-
-    @property
-    def protocol_error(self) -> ProtocolError | None:
-        """The violation that ends this connection, once one has been seen."""
-        return self._protocol_error
+        return self.pre_auth and bool(self._outstanding)
 
     def authenticated(self) -> None:
         """Leave pre-auth mode after a successful ``auth``: later frames may be up to
         ``max_frame_bytes`` and requests are no longer delivered one at a time."""
-        if not self._pre_auth:
+        if not self.pre_auth:
             raise LocalProtocolError("authenticated() outside pre-auth mode")
-        self._pre_auth = False
+        self.pre_auth = False
         self._frames.max_frame_bytes = self.max_frame_bytes
 
     # -- input -----------------------------------------------------------------------------
@@ -290,25 +289,25 @@ class ServerConnection:
 
         ``b""`` just parses what is buffered (needed after answering in pre-auth mode).
         """
-        if self._protocol_error is not None or self._closed:
+        if self.protocol_error is not None or self._closed:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
         # The usual read of a peer awaiting each answer: one whole frame, nothing buffered.
         body = None
         frames = self._frames
-        if not (self.buffering or self._pre_auth) and type(data) is bytes:
+        if not (self.buffering or self.pre_auth) and type(data) is bytes:
             size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
             if 0 < size <= self.max_frame_bytes and _FRAME_LENGTH.unpack_from(data)[0] == size:
                 body = data[FRAME_HEADER_BYTES:]
             else:  # a few whole frames (a pipelining peer), cut in place; the rest is fed
                 return self._parse_frames(frames.whole_frames(data))
-        elif not (self._pre_auth and self._outstanding):  # not reading_paused (rule 4)
+        elif not (self.pre_auth and self._outstanding):  # not reading_paused (rule 4)
             body = frames.whole_frame(data)
         if body is not None:
             self.buffering = False
             try:
                 return [self._parse_request(body)]
             except ProtocolError as exc:
-                self._protocol_error = exc
+                self.protocol_error = exc
                 return [ProtocolViolation(exc)]
         frames.feed(data)
         return self._parse_frames([])
@@ -321,13 +320,13 @@ class ServerConnection:
         try:
             for cut in bodies:
                 events.append(self._parse_request(cut))
-            while not (self._pre_auth and self._outstanding):  # not reading_paused
+            while not (self.pre_auth and self._outstanding):  # not reading_paused
                 body = frames.next_frame()
                 if body is None:
                     break
                 events.append(self._parse_request(body))
         except ProtocolError as exc:
-            self._protocol_error = exc
+            self.protocol_error = exc
             events.append(ProtocolViolation(exc))
         self.buffering = frames.buffered_bytes > 0
         return events
@@ -446,9 +445,9 @@ class ServerConnection:
         """
         self._check_can_send()
         if message is None:
-            if self._protocol_error is None:
+            if self.protocol_error is None:
                 raise LocalProtocolError("no protocol error to report; pass a message")
-            message = self._protocol_error.message
+            message = self.protocol_error.message
         if self._outstanding:
             raise LocalProtocolError(f"{len(self._outstanding)} requests read before the "
                                      "protocol error are still unanswered")
