@@ -540,12 +540,20 @@ class Connection:
     # -- answering and writing ----------------------------------------------------------------
 
     def answer(self, request_id: int, answer: Answer) -> None:
-        """Encode and queue the answer to ``request_id`` (never blocks; rule 3)."""
-        frame = self.encode_answer(request_id, answer)
-        if frame is not None:
-            self.outbox.queue_frame(frame)
-            if self._all_answered is not None or self._resume is not None:
-                self._answers_sent()
+        """Encode and queue the answer to ``request_id`` (never blocks; rule 3):
+        :meth:`encode_answer` in line (this is every lone request's path)."""
+        outbox = self.outbox
+        if outbox.reserved_bytes:
+            outbox.release(request_id)  # the frame's own size counts once queued
+        try:
+            frame = self.proto.respond_answer(request_id, answer)
+        except Exception as exc:
+            frame = self._unanswerable(request_id, exc)
+            if frame is None:
+                return
+        outbox.queue_frame(frame)
+        if self._all_answered is not None or self._resume is not None:
+            self._answers_sent()
 
     def send_frames(self, frames: list[bytes]) -> None:
         """Queue answer frames from :meth:`encode_answer`, in order (outbox.py)."""
@@ -564,15 +572,20 @@ class Connection:
         outbox = self.outbox
         if outbox.reserved_bytes:
             outbox.release(request_id)  # the frame's own size counts once queued
-        proto = self.proto
         try:
-            return proto.respond_answer(request_id, answer)
-        except UnknownRequestId as exc:
+            return self.proto.respond_answer(request_id, answer)
+        except Exception as exc:
+            return self._unanswerable(request_id, exc)
+
+    def _unanswerable(self, request_id: int, exc: Exception) -> bytes | None:
+        """What answers ``request_id`` when encoding its answer raised ``exc``: nothing for a
+        request not awaiting one, else an InternalError (our misuse of the codec, or a result
+        cbor2 cannot encode)."""
+        if isinstance(exc, UnknownRequestId):
             log.error("answer to an unknown request: %s", exc)
             return None
-        except Exception as exc:  # our misuse of the codec, or a result cbor2 cannot encode
-            return proto.respond_error(
-                request_id, internal_error(f"encoding the answer to request {request_id}", exc))
+        return self.proto.respond_error(
+            request_id, internal_error(f"encoding the answer to request {request_id}", exc))
 
     def _died(self) -> None:
         self.outbox.dead = True

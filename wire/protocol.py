@@ -209,6 +209,10 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+#: The one type of a request's argument names.
+_TEXT_ONLY = frozenset({str})
+
+
 class ServerConnection:
     """The protocol state of one accepted connection (rules 1–5 in the module docstring).
 
@@ -241,6 +245,9 @@ class ServerConnection:
         self._outstanding: set[int] = set()
         self._greeted = False
         self._closed = False
+        self._answering = False  # greeted and not closed: answers may be sent
+        #: A frame longer than this (header included) is over max_frame.
+        self._max_frame_with_header = max_frame_bytes + FRAME_HEADER_BYTES
         #: The violation that ends this connection, once one has been seen (read it).
         self.protocol_error: ProtocolError | None = None
         #: Part of a frame is buffered (the last :meth:`receive_data` left bytes unparsed).
@@ -344,14 +351,16 @@ class ServerConnection:
         if type(args) is not dict:
             raise ProtocolError(f"request {request_id}: args must be a map with text keys")
         rejected: InvalidArgument | None = None
-        for name, value in args.items():
-            if type(name) is not str:
+        if args:
+            if not _TEXT_ONLY.issuperset(map(type, args)):  # every key's type at C speed
                 raise ProtocolError(f"request {request_id}: args must be a map with text keys")
-            if rejected is None and type(value) not in PLAIN_SCALAR_TYPES and not (
-                    name in BATCH_ARGUMENTS and type(value) is list):
-                problem = find_unsupported_value(value)
-                if problem is not None:
-                    rejected = InvalidArgument(name, problem)
+            for name, value in args.items():
+                if type(value) not in PLAIN_SCALAR_TYPES and not (
+                        name in BATCH_ARGUMENTS and type(value) is list):
+                    problem = find_unsupported_value(value)
+                    if problem is not None:
+                        rejected = InvalidArgument(name, problem)  # the first one is told
+                        break
         if request_id in self._outstanding:
             raise ProtocolError(f"request id {request_id} reused while unanswered")
         self._outstanding.add(request_id)
@@ -374,6 +383,7 @@ class ServerConnection:
         if self._greeted:
             raise LocalProtocolError("the greeting was already sent")
         self._greeted = True
+        self._answering = not self._closed
         return encode_greeting(
             version=version, auth_required=self.auth_required, nonce=self.nonce,
             features=features, max_frame_bytes=self.max_frame_bytes, max_inflight=max_inflight,
@@ -426,11 +436,11 @@ class ServerConnection:
         return self._answer(request_id, frame)
 
     def _answer(self, request_id: int, frame: bytes) -> bytes:
-        if self._closed or not self._greeted:
+        if not self._answering:
             self._check_can_send()  # raises
         if request_id not in self._outstanding:
             raise UnknownRequestId(f"request {request_id} is not awaiting an answer")
-        if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
+        if len(frame) > self._max_frame_with_header:
             # Still outstanding: the caller can answer it with a smaller (error) response.
             raise AnswerTooLarge(f"response to request {request_id} is "
                                  f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame")
@@ -452,6 +462,7 @@ class ServerConnection:
             raise LocalProtocolError(f"{len(self._outstanding)} requests read before the "
                                      "protocol error are still unanswered")
         self._closed = True
+        self._answering = False
         return encode_protocol_error(message)
 
     def _check_can_send(self) -> None:
