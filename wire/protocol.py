@@ -300,23 +300,24 @@ class ServerConnection:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
         # The usual read of a peer awaiting each answer: one whole frame, nothing buffered.
         body = None
-        frames = self._frames
         if not (self.buffering or self.pre_auth) and type(data) is bytes:
             size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
-            if 0 < size <= self.max_frame_bytes and _FRAME_LENGTH.unpack_from(data)[0] == size:
-                body = data[FRAME_HEADER_BYTES:]
-            else:  # a few whole frames (a pipelining peer), cut in place; the rest is fed
-                return self._parse_frames(frames.whole_frames(data))
+            if not (0 < size <= self.max_frame_bytes
+                    and _FRAME_LENGTH.unpack_from(data)[0] == size):
+                # A few whole frames (a pipelining peer), cut in place; the rest is fed.
+                return self._parse_frames(self._frames.whole_frames(data))
+            body = data[FRAME_HEADER_BYTES:]  # nothing was buffered, nothing is
         elif not (self.pre_auth and self._outstanding):  # not reading_paused (rule 4)
-            body = frames.whole_frame(data)
+            body = self._frames.whole_frame(data)
+            if body is not None:
+                self.buffering = False
         if body is not None:
-            self.buffering = False
             try:
                 return [self._parse_request(body)]
             except ProtocolError as exc:
                 self.protocol_error = exc
                 return [ProtocolViolation(exc)]
-        frames.feed(data)
+        self._frames.feed(data)
         return self._parse_frames([])
 
     def _parse_frames(self, bodies: list[bytes]) -> list[ServerEvent]:
