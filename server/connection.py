@@ -56,7 +56,13 @@ from lamina.wire.protocol import (
     verify_auth_signature,
 )
 
-from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
+from .budget import (
+    BOUNDED_ANSWER_OPS,
+    SMALL_BYTES,
+    MemoryBudget,
+    answer_bound_bytes,
+    largest_answer_bound_bytes,
+)
 from .bugs import internal_error
 from .dispatch import Answer, MapAnswer, check_request
 from .outbox import Outbox
@@ -103,6 +109,8 @@ class Connection:
             on_failure=self._died, on_progress=self.wake)
         # Plain TCP only: a TLS stream must encrypt through SSLStream.
         self._socket_fd = self.outbox.socket_fd
+        #: Rule 3's budget test for a lone read, any bound (see ``_answered_now``).
+        self._largest_bound = largest_answer_bound_bytes(limits.max_frame_bytes)
         self._input_granted = 0  # budget.py rule 2: the frame being read, granted
         self._input_wanted = 0   # ... or waiting for room
         self._resume: trio.Event | None = None
@@ -422,6 +430,12 @@ class Connection:
             if type(request) is not Request:
                 return False
             if request.op not in BOUNDED_ANSWER_OPS:
+                return applier.apply_lone_now(self, request, started)
+            if (self.limits.answers_at_once and not (outbox.unsent_bytes or outbox.reserved_bytes)
+                    and self.budget.fits(self._largest_bound)):
+                # Rule 3 without a reservation: the one below would fit (nothing is held, the
+                # budget has room for any bound) and be given back within this call, where
+                # the answer is written or its wait begun (which gives it back at once).
                 return applier.apply_lone_now(self, request, started)
             if not outbox.reserve(  # rule 3, as in _handle
                     request.id, answer_bound_bytes(request, self.limits.max_frame_bytes)):
