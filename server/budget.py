@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from lamina.wire.protocol import Request
 
 __all__ = ["BOUNDED_ANSWER_OPS", "DEFAULT_MAX_BUFFERED_BYTES", "MAX_ANSWERED_MESSAGE_BYTES",
-           "SMALL_BYTES", "MemoryBudget", "answer_bound_bytes", "largest_answer_bound_bytes"]
+           "SMALL_BYTES", "MemoryBudget", "answer_bound_bytes"]
 
 #: ``--max-buffered`` default: 16 frames of the default 16 MiB ``max_frame``.
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
@@ -60,12 +60,6 @@ def _count(args: dict[str, Any], name: str, default: int, most: int) -> int:
     if type(value) is not int or not 1 <= value <= most:
         return 1  # refused by its op's check: the answer is an error
     return value
-
-
-def largest_answer_bound_bytes(max_frame: int) -> int:
-    """The largest :func:`answer_bound_bytes` of any request."""
-    return max(max_frame + 4, _ANSWER_ENVELOPE_BYTES + _MAX_TAGS * _TAG_INFO_BYTES,
-               _ANSWER_ENVELOPE_BYTES + _MAX_LIST_LIMIT * _LISTED_NAME_BYTES)
 
 
 def answer_bound_bytes(request: Request, max_frame: int) -> int:

@@ -56,13 +56,7 @@ from lamina.wire.protocol import (
     verify_auth_signature,
 )
 
-from .budget import (
-    BOUNDED_ANSWER_OPS,
-    SMALL_BYTES,
-    MemoryBudget,
-    answer_bound_bytes,
-    largest_answer_bound_bytes,
-)
+from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
 from .bugs import internal_error
 from .dispatch import Answer, MapAnswer, check_request
 from .outbox import Outbox
@@ -104,13 +98,11 @@ class Connection:
         self._on_read = on_read
         self.outbox = Outbox(
             stream, peer, max_unsent_bytes=4 * limits.max_frame_bytes,
-            idle_timeout_s=limits.idle_timeout_s, budget=budget,
+            idle_timeout_s=limits.idle_timeout_s, budget=budget, at_once=limits.answers_at_once,
             capacity=limits.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,
             on_failure=self._died, on_progress=self.wake)
         # Plain TCP only: a TLS stream must encrypt through SSLStream.
         self._socket_fd = self.outbox.socket_fd
-        #: Rule 3's budget test for a lone read, any bound (see ``_answered_now``).
-        self._largest_bound = largest_answer_bound_bytes(limits.max_frame_bytes)
         self._input_granted = 0  # budget.py rule 2: the frame being read, granted
         self._input_wanted = 0   # ... or waiting for room
         self._resume: trio.Event | None = None
@@ -343,10 +335,9 @@ class Connection:
         on_read = self._on_read
         drained = False  # the last read emptied the socket: wait before reading again
         outbox, max_inflight = self.outbox, self.limits.max_inflight
-        unanswered = proto.outstanding_ids  # the live set: no property call a read
         while not (self._stop_reading or self._closing):
             if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
-                    or len(unanswered) >= max_inflight) and not self._may_read():
+                    or len(proto.outstanding_ids) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
@@ -429,14 +420,8 @@ class Connection:
             request = events[0]
             if type(request) is not Request:
                 return False
-            if request.op not in BOUNDED_ANSWER_OPS:
-                return applier.apply_lone_now(self, request, started)
-            if (self.limits.answers_at_once and not (outbox.unsent_bytes or outbox.reserved_bytes)
-                    and self.budget.fits(self._largest_bound)):
-                # Rule 3 without a reservation: the one below would fit (nothing is held, the
-                # budget has room for any bound) and be given back within this call, where
-                # the answer is written or its wait begun (which gives it back at once).
-                return applier.apply_lone_now(self, request, started)
+            if request.op not in BOUNDED_ANSWER_OPS or not outbox.needs_reservation():
+                return applier.apply_lone_now(self, request, started)  # (rule 3 holds)
             if not outbox.reserve(  # rule 3, as in _handle
                     request.id, answer_bound_bytes(request, self.limits.max_frame_bytes)):
                 return False
@@ -554,20 +539,12 @@ class Connection:
     # -- answering and writing ----------------------------------------------------------------
 
     def answer(self, request_id: int, answer: Answer) -> None:
-        """Encode and queue the answer to ``request_id`` (never blocks; rule 3):
-        :meth:`encode_answer` in line (this is every lone request's path)."""
-        outbox = self.outbox
-        if outbox.reserved_bytes:
-            outbox.release(request_id)  # the frame's own size counts once queued
-        try:
-            frame = self.proto.respond_answer(request_id, answer)
-        except Exception as exc:
-            frame = self._unanswerable(request_id, exc)
-            if frame is None:
-                return
-        outbox.queue_frame(frame)
-        if self._all_answered is not None or self._resume is not None:
-            self._answers_sent()
+        """Encode and queue the answer to ``request_id`` (never blocks; rule 3)."""
+        frame = self.encode_answer(request_id, answer)
+        if frame is not None:
+            self.outbox.queue_frame(frame)
+            if self._all_answered is not None or self._resume is not None:
+                self._answers_sent()
 
     def send_frames(self, frames: list[bytes]) -> None:
         """Queue answer frames from :meth:`encode_answer`, in order (outbox.py)."""
@@ -586,20 +563,15 @@ class Connection:
         outbox = self.outbox
         if outbox.reserved_bytes:
             outbox.release(request_id)  # the frame's own size counts once queued
+        proto = self.proto
         try:
-            return self.proto.respond_answer(request_id, answer)
-        except Exception as exc:
-            return self._unanswerable(request_id, exc)
-
-    def _unanswerable(self, request_id: int, exc: Exception) -> bytes | None:
-        """What answers ``request_id`` when encoding its answer raised ``exc``: nothing for a
-        request not awaiting one, else an InternalError (our misuse of the codec, or a result
-        cbor2 cannot encode)."""
-        if isinstance(exc, UnknownRequestId):
+            return proto.respond_answer(request_id, answer)
+        except UnknownRequestId as exc:
             log.error("answer to an unknown request: %s", exc)
             return None
-        return self.proto.respond_error(
-            request_id, internal_error(f"encoding the answer to request {request_id}", exc))
+        except Exception as exc:  # our misuse of the codec, or a result cbor2 cannot encode
+            return proto.respond_error(
+                request_id, internal_error(f"encoding the answer to request {request_id}", exc))
 
     def _died(self) -> None:
         self.outbox.dead = True

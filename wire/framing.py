@@ -37,7 +37,8 @@ from .item_count import check_item_count
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "FRAME_HEADER_BYTES", "MAX_FRAME_LENGTH", "MAX_NESTING_DEPTH",
-    "MIN_MAX_FRAME_BYTES", "PLAIN_SCALAR_TYPES", "PRE_AUTH_MAX_FRAME_BYTES", "CBORTagged",
+    "MIN_MAX_FRAME_BYTES", "PLAIN_SCALAR_TYPES", "PRE_AUTH_MAX_FRAME_BYTES", "TEXT_ONLY",
+    "CBORTagged",
     "FrameReader", "check_item_count", "decode_item", "decode_item_strict", "encode_frame_header",
     "encode_int", "find_unsupported_value", "head_size", "int_size",
 ]
@@ -359,6 +360,8 @@ def decode_item_strict(body: bytes) -> Any:
 
 #: Values a request may carry that need no look inside (the common arguments).
 PLAIN_SCALAR_TYPES = frozenset({str, bytes, int, bool, type(None)})
+#: The one type of a request's argument names.
+TEXT_ONLY = frozenset({str})
 _SEQUENCES = frozenset({list, tuple})  # cbor2 decodes arrays used as map keys to tuples
 _MAPPINGS = frozenset({dict, cbor2.frozendict})  # ... and maps used as map keys to frozendicts
 

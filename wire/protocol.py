@@ -85,6 +85,7 @@ from .framing import (
     MAX_FRAME_LENGTH,
     MIN_MAX_FRAME_BYTES,
     PLAIN_SCALAR_TYPES,
+    TEXT_ONLY,
     PRE_AUTH_MAX_FRAME_BYTES,
     FrameReader,
     decode_item,
@@ -209,10 +210,6 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-#: The one type of a request's argument names.
-_TEXT_ONLY = frozenset({str})
-
-
 class ServerConnection:
     """The protocol state of one accepted connection (rules 1–5 in the module docstring).
 
@@ -238,15 +235,14 @@ class ServerConnection:
         self.auth_required = auth_required
         self.max_frame_bytes = max_frame_bytes
         self.nonce = bytes(nonce)
-        #: True until :meth:`authenticated`, when the greeting says auth is required (read it;
-        #: a plain attribute, read on every request).
+        #: True until :meth:`authenticated`, when the greeting says auth is required (read it).
         self.pre_auth = auth_required
         self._frames = FrameReader(PRE_AUTH_MAX_FRAME_BYTES if auth_required else max_frame_bytes)
         self._outstanding: set[int] = set()
+        self.outstanding_ids = self._outstanding  # the same set, to read (never to change)
         self._greeted = False
         self._closed = False
         self._answering = False  # greeted and not closed: answers may be sent
-        #: A frame longer than this (header included) is over max_frame.
         self._max_frame_with_header = max_frame_bytes + FRAME_HEADER_BYTES
         #: The violation that ends this connection, once one has been seen (read it).
         self.protocol_error: ProtocolError | None = None
@@ -259,12 +255,6 @@ class ServerConnection:
     def outstanding_count(self) -> int:
         """Requests delivered and not yet answered; compare with ``max_inflight``."""
         return len(self._outstanding)
-
-    @property
-    def outstanding_ids(self) -> set[int]:
-        """The ids of the requests delivered and not yet answered: the live set, to read (its
-        length is :attr:`outstanding_count`), never to change."""
-        return self._outstanding
 
     @property
     def front_frame_bytes(self) -> int:
@@ -302,9 +292,8 @@ class ServerConnection:
         body = None
         if not (self.buffering or self.pre_auth) and type(data) is bytes:
             size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
-            if not (0 < size <= self.max_frame_bytes
-                    and _FRAME_LENGTH.unpack_from(data)[0] == size):
-                # A few whole frames (a pipelining peer), cut in place; the rest is fed.
+            if not (0 < size <= self.max_frame_bytes  # else whole frames (a pipelining peer),
+                    and _FRAME_LENGTH.unpack_from(data)[0] == size):  # cut; the rest fed
                 return self._parse_frames(self._frames.whole_frames(data))
             body = data[FRAME_HEADER_BYTES:]  # nothing was buffered, nothing is
         elif not (self.pre_auth and self._outstanding):  # not reading_paused (rule 4)
@@ -353,7 +342,7 @@ class ServerConnection:
             raise ProtocolError(f"request {request_id}: args must be a map with text keys")
         rejected: InvalidArgument | None = None
         if args:
-            if not _TEXT_ONLY.issuperset(map(type, args)):  # every key's type at C speed
+            if not TEXT_ONLY.issuperset(map(type, args)):  # every key's type at C speed
                 raise ProtocolError(f"request {request_id}: args must be a map with text keys")
             for name, value in args.items():
                 if type(value) not in PLAIN_SCALAR_TYPES and not (
