@@ -251,7 +251,9 @@ class GroupApplier:
         if not self._applier_idle:
             return False
         waiting = self.waiting
-        if self.engine.fsync or waiting.any_due or self._deadline_passed():
+        deadline = self.deadline_ms  # _deadline_passed, in line (twice a request)
+        if self.engine.fsync or waiting.any_due or (
+                deadline is not None and deadline <= self.clock()):
             self._commit_group((Work(requester, [request], 0, started),), 1)
             return True
         replies: list[Reply] = []  # waits ended by the request, which make it a group
@@ -272,14 +274,18 @@ class GroupApplier:
             if replies or waiting.any_due:
                 self._finish_as_group(requester, [request], [], answer, replies, started)
                 return True
-        if self._deadline_passed():
+        deadline = self.deadline_ms
+        if deadline is not None and deadline <= self.clock():
             self._finish_as_group(requester, [request], [answer], None, [], started, done=True)
             return True
         self.groups += 1
         requester.answer(request.id, answer)
-        self.metrics.observe_alone(request.op, answer.code if isinstance(answer, LaminaError)
-                                   else "ok", time.perf_counter() - started)
-        if request.op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
+        op = request.op
+        if isinstance(answer, LaminaError):
+            self.metrics.observe_alone(op, answer.code, time.perf_counter() - started)
+        else:
+            self.metrics.observe_lone(op, time.perf_counter() - started)
+        if op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
             self._set_deadline()
         return True
 

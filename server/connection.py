@@ -98,7 +98,7 @@ class Connection:
         self._on_read = on_read
         self.outbox = Outbox(
             stream, peer, max_unsent_bytes=4 * limits.max_frame_bytes,
-            idle_timeout_s=limits.idle_timeout_s, budget=budget,
+            idle_timeout_s=limits.idle_timeout_s, budget=budget, at_once=limits.answers_at_once,
             capacity=limits.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,
             on_failure=self._died, on_progress=self.wake)
         # Plain TCP only: a TLS stream must encrypt through SSLStream.
@@ -337,7 +337,7 @@ class Connection:
         outbox, max_inflight = self.outbox, self.limits.max_inflight
         while not (self._stop_reading or self._closing):
             if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
-                    or proto.outstanding_count >= max_inflight) and not self._may_read():
+                    or len(proto.outstanding_ids) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
@@ -420,8 +420,8 @@ class Connection:
             request = events[0]
             if type(request) is not Request:
                 return False
-            if request.op not in BOUNDED_ANSWER_OPS:
-                return applier.apply_lone_now(self, request, started)
+            if request.op not in BOUNDED_ANSWER_OPS or not outbox.needs_reservation():
+                return applier.apply_lone_now(self, request, started)  # (rule 3 holds)
             if not outbox.reserve(  # rule 3, as in _handle
                     request.id, answer_bound_bytes(request, self.limits.max_frame_bytes)):
                 return False

@@ -73,6 +73,17 @@ class _Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def copy(self) -> _Histogram:
+        """A copy (``list()`` of ints: atomic under the GIL, so a scrape may take one)."""
+        copied = _Histogram(self.bounds)
+        copied.counts, copied.total = list(self.counts), self.total
+        return copied
+
+    def add(self, other: _Histogram) -> None:
+        """Count ``other``'s observations too (the same bounds)."""
+        self.counts = [mine + theirs for mine, theirs in zip(self.counts, list(other.counts))]
+        self.total += other.total
+
     def family_samples(self, ones: int = 0) -> tuple[list[tuple[str, float]], float]:
         """Cumulative ``(le, count)`` buckets and the sum, as prometheus expects them, with
         ``ones`` observations of 1 counted elsewhere (bounds beginning at 1)."""
@@ -97,21 +108,35 @@ class _HotCollector:
         metrics = self._metrics
         requests = CounterMetricFamily("lamina_requests", "Requests answered, by op and outcome",
                                        labels=["op", "outcome"])
-        for (op, outcome), count in list(metrics.request_counts.items()):
+        for (op, outcome), count in metrics.request_counts.items():
             requests.add_metric([op, outcome], count)
         yield requests
         latency = HistogramMetricFamily("lamina_request_seconds",
                                         "Time from reading a request to queuing its answer",
                                         labels=["op"])
+        lone = dict(metrics.lone_latency)
+        lone_total = _Histogram(_LATENCY_BUCKETS)  # every lone answered request's time
         for op, histogram in list(metrics.latency.items()):
-            buckets, total = histogram.family_samples()
+            merged = histogram.copy()
+            alone = lone.pop(op, None)
+            if alone is not None:
+                merged.add(alone)
+                lone_total.add(alone)
+            buckets, total = merged.family_samples()
+            latency.add_metric([op], buckets, total)
+        for op, alone in lone.items():  # answered only alone so far
+            lone_total.add(alone)
+            buckets, total = alone.family_samples()
             latency.add_metric([op], buckets, total)
         yield latency
+        # A lone request answered is a group of one that took the request's time.
+        group_seconds = metrics.group_seconds.copy()
+        group_seconds.add(lone_total)
         for name, documentation, histogram, ones in (
                 ("lamina_group_commit_requests", "Requests applied per group commit",
-                 metrics.group_requests, metrics.lone_groups),
+                 metrics.group_requests, metrics.lone_groups + sum(lone_total.counts)),
                 ("lamina_group_commit_seconds", "Apply and WAL sync time of one group commit",
-                 metrics.group_seconds, 0)):
+                 group_seconds, 0)):
             buckets, total = histogram.family_samples(ones)
             yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=total)
 
@@ -121,11 +146,15 @@ class ServerMetrics:
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
-        #: Answered requests by (op, outcome), and their latency by op (hot path).
-        self.request_counts: dict[tuple[str, str], int] = {}
+        #: Answered requests by (op, outcome), and their latency by op (hot path), except
+        #: the lone successes (below; ``request_counts`` gives both).
+        self._counts: dict[tuple[str, str], int] = {}
         self.latency: dict[str, _Histogram] = {}
+        #: Requests answered "ok" as a group of their own (``observe_lone``), by op: their
+        #: latency, whose counts are also their number, their groups' sizes and times.
+        self.lone_latency: dict[str, _Histogram] = {}
         self.group_requests = _Histogram(_GROUP_BUCKETS)
-        #: Groups of one request counted by ``observe_alone``, not yet in ``group_requests``.
+        #: Groups of one failed request (``observe_alone``), not yet in ``group_requests``.
         self.lone_groups = 0
         self.group_seconds = _Histogram(_LATENCY_BUCKETS)
         registry.register(_HotCollector(self))
@@ -148,12 +177,20 @@ class ServerMetrics:
         self.traffic: Tally[str] = Tally()
         self._http: tuple[WSGIServer, threading.Thread] | None = None
 
+    @property
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """Answered requests by (op, outcome): a copy, as scraped."""
+        counts = dict(self._counts)
+        for op, histogram in list(self.lone_latency.items()):
+            counts[op, "ok"] = counts.get((op, "ok"), 0) + sum(list(histogram.counts))
+        return counts
+
     # -- hot path ------------------------------------------------------------------------------
 
     def observe(self, op: str, outcome: str, seconds: float) -> None:
         """One answered request."""
         try:
-            self.request_counts[op, outcome] += 1
+            self._counts[op, outcome] += 1
             histogram = self.latency[op]
         except KeyError:  # a new series (or a request of an unknown op)
             histogram = self._new_series(op, outcome)
@@ -166,7 +203,7 @@ class ServerMetrics:
         request's, from its read."""
         index = bisect_left(_LATENCY_BUCKETS, seconds)
         try:
-            self.request_counts[op, outcome] += 1
+            self._counts[op, outcome] += 1
             histogram = self.latency[op]
         except KeyError:
             histogram = self._new_series(op, outcome)
@@ -177,12 +214,21 @@ class ServerMetrics:
         group.total += seconds
         self.lone_groups += 1  # a group of one: group_requests' first bucket when scraped
 
+    def observe_lone(self, op: str, seconds: float) -> None:
+        """:meth:`observe_alone` of a request answered "ok" (``op`` is then a known op): one
+        histogram, whose counts make the request count and the group's figures when scraped."""
+        histogram = self.lone_latency.get(op)
+        if histogram is None:
+            histogram = self.lone_latency[op] = _Histogram(_LATENCY_BUCKETS)
+        histogram.counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        histogram.total += seconds
+
     def _new_series(self, op: str, outcome: str) -> _Histogram:
         """Count one request of a new (op, outcome); -> the latency histogram of ``op``."""
         if op not in OPERATIONS:
             op = "unknown"  # a peer must not be able to create series at will
         key = (op, outcome)
-        self.request_counts[key] = self.request_counts.get(key, 0) + 1
+        self._counts[key] = self._counts.get(key, 0) + 1
         return self.latency.get(op) or self.latency.setdefault(op, _Histogram(_LATENCY_BUCKETS))
 
     def count_traffic(self, queue: str) -> None:

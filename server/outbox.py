@@ -54,7 +54,7 @@ class Outbox:
     the reader that bytes went out or a reservation ended (it may be waiting for room)."""
 
     def __init__(self, stream: trio.abc.Stream, peer: str, *, max_unsent_bytes: int,
-                 idle_timeout_s: float, capacity: int, budget: MemoryBudget,
+                 idle_timeout_s: float, capacity: int, budget: MemoryBudget, at_once: bool,
                  on_failure: Callable[[], None], on_progress: Callable[[], None]) -> None:
         self.stream = stream
         self.peer = peer
@@ -71,6 +71,8 @@ class Outbox:
         #: Bounds of the answers to come for requests handed over (rule 2), by request id.
         self.reserved_bytes = 0
         self._reservations: dict[int, int] = {}
+        #: A request applied in its reader's call is answered in it (no --fsync).
+        self._at_once = at_once
         #: The connection is torn down: frames are discarded.
         self.dead = False
         self._frames_in, self._frames_out = trio.open_memory_channel[Frame](capacity)
@@ -87,6 +89,14 @@ class Outbox:
         self.budget.take(bound)
         self._reservations[request_id] = bound
         return True
+
+    def needs_reservation(self) -> bool:
+        """Rule 2 for a lone read: False without --fsync when a reservation would fit (nothing
+        is held, the budget has room for the cap, which no bound passes) and be given back,
+        unseen, before the reader's call returns (where the answer is written, or its wait
+        begun, which gives it back at once)."""
+        return (not self._at_once or bool(self.unsent_bytes or self.reserved_bytes)
+                or not self.budget.fits(self.max_unsent_bytes))
 
     def reserve_all(self, requests: list[Request], max_frame: int) -> bool:
         """Reserve the bound of every large answer ``requests`` may get, or none (-> False)."""

@@ -108,3 +108,6 @@ class ConnectionLimits:
     auth_required: bool
     version: str
     features: tuple[str, ...]
+    #: Without --fsync: a request applied in its reader's call is answered within that call
+    #: (or begins a wait), so a lone read needs no reservation for its answer (connection.py).
+    answers_at_once: bool = False

@@ -137,7 +137,7 @@ class Server:
             max_frame_bytes=config.max_frame, max_inflight=config.max_inflight,
             max_waiting=config.max_waiting, idle_timeout_s=config.idle_timeout_s,
             auth_timeout_s=config.auth_timeout_s, auth_required=self.auth_required,
-            version=self.version, features=FEATURES)
+            version=self.version, features=FEATURES, answers_at_once=not config.fsync)
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6)
         #: Memory of all connections' buffers (budget.py).
         self.budget = MemoryBudget(config.max_buffered)

@@ -37,7 +37,8 @@ from .item_count import check_item_count
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "FRAME_HEADER_BYTES", "MAX_FRAME_LENGTH", "MAX_NESTING_DEPTH",
-    "MIN_MAX_FRAME_BYTES", "PLAIN_SCALAR_TYPES", "PRE_AUTH_MAX_FRAME_BYTES", "CBORTagged",
+    "MIN_MAX_FRAME_BYTES", "PLAIN_SCALAR_TYPES", "PRE_AUTH_MAX_FRAME_BYTES", "TEXT_ONLY",
+    "CBORTagged",
     "FrameReader", "check_item_count", "decode_item", "decode_item_strict", "encode_frame_header",
     "encode_int", "find_unsupported_value", "head_size", "int_size",
 ]
@@ -322,8 +323,10 @@ def decode_item(body: bytes, max_items: int | None = None) -> Any:
         except Exception:
             pass
         else:
-            if (type(pair) is list and len(pair) == 2 and type(pair[1]) is bytes
-                    and pair[1] == _SENTINEL):
+            # The array of 2 is ours, so a decoded one is a list of 2; its second item is the
+            # sentinel unless the body's item ran into it. Only bytes equal bytes (cbor2
+            # decodes byte strings as bytes, never as bytearray or memoryview).
+            if pair[1] == _SENTINEL:
                 return pair[0]
     elif max_items is not None:
         check_item_count(body, max_items)
@@ -357,6 +360,8 @@ def decode_item_strict(body: bytes) -> Any:
 
 #: Values a request may carry that need no look inside (the common arguments).
 PLAIN_SCALAR_TYPES = frozenset({str, bytes, int, bool, type(None)})
+#: The one type of a request's argument names.
+TEXT_ONLY = frozenset({str})
 _SEQUENCES = frozenset({list, tuple})  # cbor2 decodes arrays used as map keys to tuples
 _MAPPINGS = frozenset({dict, cbor2.frozendict})  # ... and maps used as map keys to frozendicts
 

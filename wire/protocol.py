@@ -85,6 +85,7 @@ from .framing import (
     MAX_FRAME_LENGTH,
     MIN_MAX_FRAME_BYTES,
     PLAIN_SCALAR_TYPES,
+    TEXT_ONLY,
     PRE_AUTH_MAX_FRAME_BYTES,
     FrameReader,
     decode_item,
@@ -235,21 +236,21 @@ class ServerConnection:
         self.auth_required = auth_required
         self.max_frame_bytes = max_frame_bytes
         self.nonce = bytes(nonce)
-        self._pre_auth = auth_required
+        #: True until :meth:`authenticated`, when the greeting says auth is required (read it).
+        self.pre_auth = auth_required
         self._frames = FrameReader(PRE_AUTH_MAX_FRAME_BYTES if auth_required else max_frame_bytes)
         self._outstanding: set[int] = set()
+        self.outstanding_ids = self._outstanding  # the same set, to read (never to change)
         self._greeted = False
         self._closed = False
-        self._protocol_error: ProtocolError | None = None
+        self._answering = False  # greeted and not closed: answers may be sent
+        self._max_frame_with_header = max_frame_bytes + FRAME_HEADER_BYTES
+        #: The violation that ends this connection, once one has been seen (read it).
+        self.protocol_error: ProtocolError | None = None
         #: Part of a frame is buffered (the last :meth:`receive_data` left bytes unparsed).
         self.buffering = False
 
     # -- state -----------------------------------------------------------------------------
-
-    @property
-    def pre_auth(self) -> bool:
-        """True until :meth:`authenticated`, when the greeting says auth is required."""
-        return self._pre_auth
 
     @property
     def outstanding_count(self) -> int:
@@ -269,19 +270,14 @@ class ServerConnection:
     def reading_paused(self) -> bool:
         """Rule 4: pre-auth with a request unanswered. Stop reading the socket until it is
         answered: bytes fed meanwhile are buffered unparsed, without bound."""
-        return self._pre_auth and bool(self._outstanding)
-
-    @property
-    def protocol_error(self) -> ProtocolError | None:
-        """The violation that ends this connection, once one has been seen."""
-        return self._protocol_error
+        return self.pre_auth and bool(self._outstanding)
 
     def authenticated(self) -> None:
         """Leave pre-auth mode after a successful ``auth``: later frames may be up to
         ``max_frame_bytes`` and requests are no longer delivered one at a time."""
-        if not self._pre_auth:
+        if not self.pre_auth:
             raise LocalProtocolError("authenticated() outside pre-auth mode")
-        self._pre_auth = False
+        self.pre_auth = False
         self._frames.max_frame_bytes = self.max_frame_bytes
 
     # -- input -----------------------------------------------------------------------------
@@ -291,27 +287,27 @@ class ServerConnection:
 
         ``b""`` just parses what is buffered (needed after answering in pre-auth mode).
         """
-        if self._protocol_error is not None or self._closed:
+        if self.protocol_error is not None or self._closed:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
         # The usual read of a peer awaiting each answer: one whole frame, nothing buffered.
         body = None
-        frames = self._frames
-        if not (self.buffering or self._pre_auth) and type(data) is bytes:
+        if not (self.buffering or self.pre_auth) and type(data) is bytes:
             size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
-            if 0 < size <= self.max_frame_bytes and _FRAME_LENGTH.unpack_from(data)[0] == size:
-                body = data[FRAME_HEADER_BYTES:]
-            else:  # a few whole frames (a pipelining peer), cut in place; the rest is fed
-                return self._parse_frames(frames.whole_frames(data))
-        elif not (self._pre_auth and self._outstanding):  # not reading_paused (rule 4)
-            body = frames.whole_frame(data)
+            if not (0 < size <= self.max_frame_bytes  # else whole frames (a pipelining peer),
+                    and _FRAME_LENGTH.unpack_from(data)[0] == size):  # cut; the rest fed
+                return self._parse_frames(self._frames.whole_frames(data))
+            body = data[FRAME_HEADER_BYTES:]  # nothing was buffered, nothing is
+        elif not (self.pre_auth and self._outstanding):  # not reading_paused (rule 4)
+            body = self._frames.whole_frame(data)
+            if body is not None:
+                self.buffering = False
         if body is not None:
-            self.buffering = False
             try:
                 return [self._parse_request(body)]
             except ProtocolError as exc:
-                self._protocol_error = exc
+                self.protocol_error = exc
                 return [ProtocolViolation(exc)]
-        frames.feed(data)
+        self._frames.feed(data)
         return self._parse_frames([])
 
     def _parse_frames(self, bodies: list[bytes]) -> list[ServerEvent]:
@@ -322,13 +318,13 @@ class ServerConnection:
         try:
             for cut in bodies:
                 events.append(self._parse_request(cut))
-            while not (self._pre_auth and self._outstanding):  # not reading_paused
+            while not (self.pre_auth and self._outstanding):  # not reading_paused
                 body = frames.next_frame()
                 if body is None:
                     break
                 events.append(self._parse_request(body))
         except ProtocolError as exc:
-            self._protocol_error = exc
+            self.protocol_error = exc
             events.append(ProtocolViolation(exc))
         self.buffering = frames.buffered_bytes > 0
         return events
@@ -346,14 +342,16 @@ class ServerConnection:
         if type(args) is not dict:
             raise ProtocolError(f"request {request_id}: args must be a map with text keys")
         rejected: InvalidArgument | None = None
-        for name, value in args.items():
-            if type(name) is not str:
+        if args:
+            if not TEXT_ONLY.issuperset(map(type, args)):  # every key's type at C speed
                 raise ProtocolError(f"request {request_id}: args must be a map with text keys")
-            if rejected is None and type(value) not in PLAIN_SCALAR_TYPES and not (
-                    name in BATCH_ARGUMENTS and type(value) is list):
-                problem = find_unsupported_value(value)
-                if problem is not None:
-                    rejected = InvalidArgument(name, problem)
+            for name, value in args.items():
+                if type(value) not in PLAIN_SCALAR_TYPES and not (
+                        name in BATCH_ARGUMENTS and type(value) is list):
+                    problem = find_unsupported_value(value)
+                    if problem is not None:
+                        rejected = InvalidArgument(name, problem)  # the first one is told
+                        break
         if request_id in self._outstanding:
             raise ProtocolError(f"request id {request_id} reused while unanswered")
         self._outstanding.add(request_id)
@@ -376,6 +374,7 @@ class ServerConnection:
         if self._greeted:
             raise LocalProtocolError("the greeting was already sent")
         self._greeted = True
+        self._answering = not self._closed
         return encode_greeting(
             version=version, auth_required=self.auth_required, nonce=self.nonce,
             features=features, max_frame_bytes=self.max_frame_bytes, max_inflight=max_inflight,
@@ -428,11 +427,11 @@ class ServerConnection:
         return self._answer(request_id, frame)
 
     def _answer(self, request_id: int, frame: bytes) -> bytes:
-        if self._closed or not self._greeted:
+        if not self._answering:
             self._check_can_send()  # raises
         if request_id not in self._outstanding:
             raise UnknownRequestId(f"request {request_id} is not awaiting an answer")
-        if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
+        if len(frame) > self._max_frame_with_header:
             # Still outstanding: the caller can answer it with a smaller (error) response.
             raise AnswerTooLarge(f"response to request {request_id} is "
                                  f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame")
@@ -447,13 +446,14 @@ class ServerConnection:
         """
         self._check_can_send()
         if message is None:
-            if self._protocol_error is None:
+            if self.protocol_error is None:
                 raise LocalProtocolError("no protocol error to report; pass a message")
-            message = self._protocol_error.message
+            message = self.protocol_error.message
         if self._outstanding:
             raise LocalProtocolError(f"{len(self._outstanding)} requests read before the "
                                      "protocol error are still unanswered")
         self._closed = True
+        self._answering = False
         return encode_protocol_error(message)
 
     def _check_can_send(self) -> None:

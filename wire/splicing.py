@@ -282,6 +282,10 @@ def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
     """The frame ``[id, null, result]``, byte-identical to cbor2.dumps of it without building
     the array (every ping and most small answers)."""
     tail = cbor2.dumps(result)
+    if 0x100 <= request_id < 0x100000000:  # the usual ids: frame header and head in one pack
+        if request_id < 0x10000:
+            return _U16_FRAMED_HEAD.pack(len(tail) + 5, 0x83, 0x19, request_id, 0xF6) + tail
+        return _U32_FRAMED_HEAD.pack(len(tail) + 7, 0x83, 0x1A, request_id, 0xF6) + tail
     head = _id_head(request_id)
     return b"".join((_FRAME_HEADER.pack(len(head) + len(tail)), head, tail))
 
@@ -294,6 +298,8 @@ def _id_head(request_id: int) -> bytes:
         return _U8_ID_HEAD.pack(0x83, 0x18, request_id, 0xF6)  # array(3), uint8, null
     if request_id < 0x10000:
         return _U16_ID_HEAD.pack(0x83, 0x19, request_id, 0xF6)  # array(3), uint16, null
+    if request_id < 0x100000000:  # a long-lived connection's ids pass 65,535
+        return _U32_ID_HEAD.pack(0x83, 0x1A, request_id, 0xF6)  # array(3), uint32, null
     return _ARRAY_OF_3 + encode_int(request_id) + _NULL
 
 
@@ -311,6 +317,10 @@ _FRAME_HEADER = struct.Struct(">I")
 _SMALL_ID_HEADS = tuple(_ARRAY_OF_3 + bytes((n,)) + _NULL for n in range(24))
 _U8_ID_HEAD = struct.Struct(">BBBB")
 _U16_ID_HEAD = struct.Struct(">BBHB")
+_U32_ID_HEAD = struct.Struct(">BBIB")
+#: The frame header and ``[id, null, `` of a 16- or 32-bit id, for one pack (encode_response).
+_U16_FRAMED_HEAD = struct.Struct(">IBBHB")
+_U32_FRAMED_HEAD = struct.Struct(">IBBIB")
 _SMALL_ARRAY_HEADS = tuple(cbor_head(4, n) for n in range(24))
 _MESSAGES_OPENING = _MAP_OF_1 + _MESSAGES_KEY
 _RESULTS_OPENING = _MAP_OF_1 + cbor2.dumps("results")

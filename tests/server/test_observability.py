@@ -124,3 +124,38 @@ async def test_lone_requests_count_as_group_commits_of_one_in_the_group_histogra
                  "lamina_group_commit_requests_count", "lamina_group_commit_requests_sum",
                  "lamina_group_commit_seconds_count", 'lamina_requests_total{op="ping"'):
         assert sample(after, name) - sample(before, name) == 10, name
+
+
+async def test_lone_requests_that_succeed_or_fail_are_counted_exactly_when_scraped(
+        tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=3600) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("q")
+            before = await trio.to_thread.run_sync(scrape, server.metrics_port)
+            for _ in range(5):
+                await client.ping()
+            for _ in range(4):
+                await client.send("q", [b"m"])
+            for _ in range(3):
+                try:
+                    await client.get_queue("missing")
+                except Exception:
+                    pass
+            after = await trio.to_thread.run_sync(scrape, server.metrics_port)
+
+    def delta(name: str) -> float:
+        return sample(after, name) - (sample(before, name) if name in before else 0)
+
+    assert delta('lamina_requests_total{op="ping",outcome="ok"}') == 5
+    assert delta('lamina_requests_total{op="send",outcome="ok"}') == 4
+    assert delta('lamina_requests_total{op="get_queue",outcome="QueueNotFound"}') == 3
+    assert delta('lamina_request_seconds_count{op="ping"}') == 5
+    assert delta('lamina_request_seconds_bucket{le="+Inf",op="send"}') == 4
+    assert delta('lamina_request_seconds_count{op="get_queue"}') == 3
+    assert delta('lamina_group_commit_requests_bucket{le="1.0"}') == 12
+    assert delta("lamina_group_commit_requests_sum") == 12
+    assert delta("lamina_group_commit_seconds_count") == 12
+    # A lone request's group took the request's time.
+    seconds = sum(delta(f'lamina_request_seconds_sum{{op="{op}"}}')
+                  for op in ("ping", "send", "get_queue"))
+    assert abs(delta("lamina_group_commit_seconds_sum") - seconds) < 1e-6

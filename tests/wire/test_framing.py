@@ -35,6 +35,7 @@ from lamina.wire.splicing import (
     encode_entries_response,
     encode_peek_response,
     encode_receive_response,
+    encode_response,
     encode_send_response,
     peek_entry_size,
     peek_response_overhead,
@@ -652,3 +653,10 @@ def test_peek_error_entry_may_be_a_lamina_error() -> None:
 def test_peek_state_outside_protocol_list_is_our_misuse() -> None:
     with pytest.raises(ValueError):
         encode_peek_response(1, [(cbor2.dumps([]), "sleeping", 0, None, None)], None)
+
+
+@pytest.mark.parametrize("request_id", [1, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32,
+                                        2**63 - 1])
+def test_a_map_answer_is_byte_identical_to_cbor2_for_ids_of_every_width(request_id: int) -> None:
+    result = {"time": 1_764_000_000_000}
+    assert encode_response(request_id, result) == frame(cbor2.dumps([request_id, None, result]))
