@@ -16,7 +16,7 @@ from . import keys
 from .counters import BYTES_IN, SENT, Counters
 from .deadlines import Deadlines
 from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
-from .records import (CBOR_NULL, PREFIX, PREFIX_SIZE, RECORD_HEAD, SHORT_BODY_BYTES, cbor_head,
+from .records import (CBOR_NULL, PREFIX, PREFIX_SIZE, RECORD_HEAD, body_md5, cbor_head,
                       cbor_uint, encode_record, md5_for, message_id, parse_message_id)
 from .results import Sent, SentColumns
 from .scope import filter_matches
@@ -185,7 +185,6 @@ class Appender:
             segment = None
         segment_end_ms = (segment.first_ms if segment else now) + context.segment_max_age_ms
         prefix_pack, log_key = PREFIX.pack, keys.log_key
-        short_md5, long_md5 = md5_for(0), md5_for(SHORT_BODY_BYTES + 1)
         id_prefix = f"{qid:08x}"
         # A plain message (a non-empty bytes body, default priority, no delay): record tail and
         # log prefix are the same for all of them.
@@ -217,7 +216,7 @@ class Appender:
                 body, delay_ms, lane = raw, 0, DEFAULT_PRIORITY
                 seq = q.next_seq
                 msg_id = f"{id_prefix}{seq:016x}7"
-                md5 = (short_md5 if len(raw) <= SHORT_BODY_BYTES else long_md5)(raw).digest()
+                md5 = body_md5(raw)
                 record = b"".join((RECORD_HEAD, msg_id.encode(), cbor_head(2, len(raw)),
                                    raw, plain_tail, md5, CBOR_NULL))
                 value = plain_prefix + record
@@ -234,7 +233,7 @@ class Appender:
                 body, delay_ms, lane = entry.body, entry.delay_ms, entry.priority
                 seq = q.next_seq
                 msg_id = message_id(qid, seq, lane)
-                md5 = (short_md5 if len(body) <= SHORT_BODY_BYTES else long_md5)(body).digest()
+                md5 = body_md5(body)
                 visible = now + delay_ms
                 record = encode_record(msg_id, entry.body_cbor, entry.attributes_cbor,
                                        entry.topic, lane, now, visible, md5, entry.dead_cbor)
@@ -371,8 +370,8 @@ class Appender:
             plain_prefix, plain_tail = self._plain_parts(now)
         qid, seq, lane = q.id, q.next_seq, DEFAULT_PRIORITY
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
+        md5 = body_md5(raw)
         size = len(raw)
-        md5 = md5_for(size)(raw).digest()
         if size != self._lone_size:  # a producer's bodies are mostly of one size
             self._lone_size, self._lone_head = size, cbor_head(2, size)
         record = b"".join((RECORD_HEAD, msg_id, self._lone_head, raw, plain_tail, md5,

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 import cbor2
 
-from lamina.engine.records import Message, md5_for
+from lamina.engine.records import Message, body_md5
 from lamina.engine.validation import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 from .errors import SqsError, invalid
@@ -63,7 +63,7 @@ def check_text(value: str, what: str, code: str = "InvalidParameterValue") -> No
 
 
 def md5_hex(data: bytes) -> str:
-    return md5_for(len(data))(data).hexdigest()
+    return body_md5(data).hex()
 
 
 def md5_of_attributes(attributes: dict[str, dict[str, Any]]) -> str | None:
