@@ -239,12 +239,10 @@ class ServerConnection:
         #: True until :meth:`authenticated`, when the greeting says auth is required (read it).
         self.pre_auth = auth_required
         self._frames = FrameReader(PRE_AUTH_MAX_FRAME_BYTES if auth_required else max_frame_bytes)
-        self._outstanding: set[int] = set()
-        self.outstanding_ids = self._outstanding  # the same set, to read (never to change)
+        #: Requests delivered and not yet answered (read it; this class changes it).
+        self.outstanding_ids: set[int] = set()
         self._greeted = False
         self._closed = False
-        self._answering = False  # greeted and not closed: answers may be sent
-        self._max_frame_with_header = max_frame_bytes + FRAME_HEADER_BYTES
         #: The violation that ends this connection, once one has been seen (read it).
         self.protocol_error: ProtocolError | None = None
         #: Part of a frame is buffered (the last :meth:`receive_data` left bytes unparsed).
@@ -255,7 +253,7 @@ class ServerConnection:
     @property
     def outstanding_count(self) -> int:
         """Requests delivered and not yet answered; compare with ``max_inflight``."""
-        return len(self._outstanding)
+        return len(self.outstanding_ids)
 
     @property
     def front_frame_bytes(self) -> int:
@@ -270,7 +268,7 @@ class ServerConnection:
     def reading_paused(self) -> bool:
         """Rule 4: pre-auth with a request unanswered. Stop reading the socket until it is
         answered: bytes fed meanwhile are buffered unparsed, without bound."""
-        return self.pre_auth and bool(self._outstanding)
+        return self.pre_auth and bool(self.outstanding_ids)
 
     def authenticated(self) -> None:
         """Leave pre-auth mode after a successful ``auth``: later frames may be up to
@@ -297,7 +295,7 @@ class ServerConnection:
                     and _FRAME_LENGTH.unpack_from(data)[0] == size):  # cut; the rest fed
                 return self._parse_frames(self._frames.whole_frames(data))
             body = data[FRAME_HEADER_BYTES:]  # nothing was buffered, nothing is
-        elif not (self.pre_auth and self._outstanding):  # not reading_paused (rule 4)
+        elif not (self.pre_auth and self.outstanding_ids):  # not reading_paused (rule 4)
             body = self._frames.whole_frame(data)
             if body is not None:
                 self.buffering = False
@@ -318,7 +316,7 @@ class ServerConnection:
         try:
             for cut in bodies:
                 events.append(self._parse_request(cut))
-            while not (self.pre_auth and self._outstanding):  # not reading_paused
+            while not (self.pre_auth and self.outstanding_ids):  # not reading_paused
                 body = frames.next_frame()
                 if body is None:
                     break
@@ -352,9 +350,9 @@ class ServerConnection:
                     if problem is not None:
                         rejected = InvalidArgument(name, problem)  # the first one is told
                         break
-        if request_id in self._outstanding:
+        if request_id in self.outstanding_ids:
             raise ProtocolError(f"request id {request_id} reused while unanswered")
-        self._outstanding.add(request_id)
+        self.outstanding_ids.add(request_id)
         if rejected is not None:
             return RejectedRequest(request_id, op, rejected)
         return _new_request(Request, item)  # Request(*item), at half its cost
@@ -374,7 +372,6 @@ class ServerConnection:
         if self._greeted:
             raise LocalProtocolError("the greeting was already sent")
         self._greeted = True
-        self._answering = not self._closed
         return encode_greeting(
             version=version, auth_required=self.auth_required, nonce=self.nonce,
             features=features, max_frame_bytes=self.max_frame_bytes, max_inflight=max_inflight,
@@ -427,15 +424,15 @@ class ServerConnection:
         return self._answer(request_id, frame)
 
     def _answer(self, request_id: int, frame: bytes) -> bytes:
-        if not self._answering:
+        if self._closed or not self._greeted:
             self._check_can_send()  # raises
-        if request_id not in self._outstanding:
+        if request_id not in self.outstanding_ids:
             raise UnknownRequestId(f"request {request_id} is not awaiting an answer")
-        if len(frame) > self._max_frame_with_header:
+        if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
             # Still outstanding: the caller can answer it with a smaller (error) response.
             raise AnswerTooLarge(f"response to request {request_id} is "
                                  f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame")
-        self._outstanding.discard(request_id)
+        self.outstanding_ids.discard(request_id)
         return frame
 
     def protocol_error_frame(self, message: str | None = None) -> bytes:
@@ -449,11 +446,10 @@ class ServerConnection:
             if self.protocol_error is None:
                 raise LocalProtocolError("no protocol error to report; pass a message")
             message = self.protocol_error.message
-        if self._outstanding:
-            raise LocalProtocolError(f"{len(self._outstanding)} requests read before the "
+        if self.outstanding_ids:
+            raise LocalProtocolError(f"{len(self.outstanding_ids)} requests read before the "
                                      "protocol error are still unanswered")
         self._closed = True
-        self._answering = False
         return encode_protocol_error(message)
 
     def _check_can_send(self) -> None:
