@@ -155,10 +155,15 @@ class Appender:
         whole batch (time fields, the prefix of plain messages) is encoded once. A batch of
         plain messages comes back as ``SentColumns`` (``_append_plain``), any other as a list
         of its entries' results."""
-        if len(messages) == 1:
+        count = len(messages)
+        if count == 1:
             lone = self._append_lone(q, messages, now)
             if lone is not None:
                 return lone
+        elif count >= PLAIN_RUN_FROM:
+            run = self._append_run(q, messages, now)
+            if run is not None:
+                return run
         context = self._context
         store = context._store
         store.log_appended()
@@ -188,9 +193,7 @@ class Appender:
         id_prefix = f"{qid:08x}"
         # A plain message (a non-empty bytes body, default priority, no delay): record tail and
         # log prefix are the same for all of them.
-        plain_now, plain_prefix, plain_tail = self._plain
-        if plain_now != now:
-            plain_prefix, plain_tail = self._plain_parts(now)
+        plain_prefix, plain_tail = self._plain_parts(now)
         written = bytes_in = refused = 0
         next_topic_id = q.next_topic_id
         first_seq = q.next_seq  # that of the first message appended, if any
@@ -338,6 +341,9 @@ class Appender:
     def _plain_parts(self, now: int) -> tuple[bytes, bytes]:
         """-> (log prefix, record tail) of a plain message sent at ``now``, kept for the
         sends of the same millisecond."""
+        plain_now, plain_prefix, plain_tail = self._plain
+        if plain_now == now:
+            return plain_prefix, plain_tail
         # An epoch time in ms is 2^32 or more: a CBOR head of 9 bytes (cbor_uint's).
         now_cbor = b"\x1b" + now.to_bytes(8, "big") if now >= 1 << 32 else cbor_uint(now)
         plain_prefix = PREFIX.pack(now, now, 0, DEFAULT_PRIORITY)
@@ -351,23 +357,14 @@ class Appender:
         record, rows, counts and answer as ``append``'s loop, without its per-batch setup;
         None when the send is not that (``append`` goes on)."""
         raw = messages[0]
-        attributes = q.attributes
-        segments = q.segments
-        if (type(raw) is not bytes or not 0 < len(raw) <= attributes["max_message_size"]
-                or attributes["delay"] or not segments
-                or q.next_seq - q.gone_seq >= attributes["max_messages"]):
+        if type(raw) is not bytes or not 0 < len(raw) <= q.attributes["max_message_size"]:
             return None
-        context = self._context
-        segment = segments[-1]
-        if (segment.count >= context.segment_max_messages
-                or segment.size_bytes >= context.segment_max_bytes
-                or now - segment.first_ms >= context.segment_max_age_ms):
-            return None  # sealed, a new one opened: ``append``
-        store = context._store
+        segment = self._open_segment_taking(q, 1, now)
+        if segment is None:
+            return None
+        store = self._context._store
         store.log_appended()
-        plain_now, plain_prefix, plain_tail = self._plain
-        if plain_now != now:
-            plain_prefix, plain_tail = self._plain_parts(now)
+        plain_prefix, plain_tail = self._plain_parts(now)
         qid, seq, lane = q.id, q.next_seq, DEFAULT_PRIORITY
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
         md5 = body_md5(raw)
@@ -394,6 +391,52 @@ class Appender:
         self._finish(q, results, messages, first, {lane: old_tail}, first, _NO_SEQS, seq,
                      segment, q.next_topic_id, 1, size, now)
         return results
+
+    def _append_run(self, q: QueueState, messages: list[Any], now: int) -> SentColumns | None:
+        """``append`` of a run of plain messages (``PLAIN_RUN_FROM`` or more) that the queue
+        has room for, starting in an open segment that takes more: ``_append_plain`` without
+        the general path's per-batch setup (its containers for lanes, delays and refusals);
+        None when the send is not that (``append`` goes on)."""
+        count = len(messages)
+        segment = self._open_segment_taking(q, count, now)
+        if segment is None:
+            return None
+        sizes = self._plain_run(messages, q.attributes["max_message_size"])
+        if sizes is None:
+            return None
+        store = self._context._store
+        store.log_appended()
+        plain_prefix, plain_tail = self._plain_parts(now)
+        lane, first = DEFAULT_PRIORITY, q.next_seq
+        old_tail = q.lane_tail[lane]
+        results, segment, written, bytes_in = self._append_plain(
+            q, messages, sizes, now, segment, plain_prefix, plain_tail)
+        store.pending += written
+        if old_tail < 0:
+            q.lanes_used.append(lane)
+            q.lanes_used.sort()
+        q.lane_tail[lane] = q.next_seq - 1
+        first_of = {lane: first}
+        self._finish(q, results, messages, first_of, {lane: old_tail}, first_of, _NO_SEQS,
+                     first, segment, q.next_topic_id, count, bytes_in, now)
+        return results
+
+    def _open_segment_taking(self, q: QueueState, count: int, now: int) -> Segment | None:
+        """The open segment when a send of ``count`` plain messages can start in it: the
+        queue has no delay and room for them all, and the segment is neither full nor too
+        old; else None (``append``'s general path seals it, opens one or refuses)."""
+        attributes = q.attributes
+        segments = q.segments
+        if (attributes["delay"] or not segments
+                or q.next_seq - q.gone_seq + count > attributes["max_messages"]):
+            return None
+        context = self._context
+        segment = segments[-1]
+        if (segment.count >= context.segment_max_messages
+                or segment.size_bytes >= context.segment_max_bytes
+                or now - segment.first_ms >= context.segment_max_age_ms):
+            return None
+        return segment
 
     @staticmethod
     def _plain_run(messages: list[Any], max_size: int) -> list[int] | None:
