@@ -364,7 +364,9 @@ class Appender:
             return None
         store = self._context._store
         store.log_appended()
-        plain_prefix, plain_tail = self._plain_parts(now)
+        plain_now, plain_prefix, plain_tail = self._plain
+        if plain_now != now:
+            plain_prefix, plain_tail = self._plain_parts(now)
         qid, seq, lane = q.id, q.next_seq, DEFAULT_PRIORITY
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
         md5 = body_md5(raw)
