@@ -63,7 +63,7 @@ class MessagingOps:
         ``SentColumns`` for a batch of plain messages all accepted (what a server splices
         into its answer, no ``Sent`` built per entry; ``Engine.send`` makes them)."""
         core = self._core
-        with core._operation() as now:
+        with core._frame as now:  # ``_operation()``, a call less
             core._grants.check(caller, "send", queue)
             q = core._queue(queue)
             messages = check_batch(messages, "messages")
@@ -83,11 +83,12 @@ class MessagingOps:
         deliveries come as ``FirstDeliveries`` columns when all are first deliveries made in
         line (``Lessor.run``)."""
         core = self._core
-        with core._operation() as now:
+        with core._frame as now:  # ``_operation()``, a call less
             core._grants.check(caller, "receive", queue)
             q = core._queue(queue)
             t = core._tag(q, tag)
-            count = check_int(max, "max", 1, 1000)
+            count = max if type(max) is int and 0 < max <= 1000 else check_int(
+                max, "max", 1, 1000)
             if visibility_timeout is None:
                 visibility_ms = q.attributes["visibility_timeout"] * 1000
             else:
@@ -97,9 +98,11 @@ class MessagingOps:
             deliveries: list[Delivery] | FirstDeliveries = []
             counters = core._counters
             rows, held, settled = 0, False, False
-            if not nothing_to_deliver(q, t, now):
-                first = lease_first(core, q, t, now, visibility_ms, count)
-                if first is not None:  # the commonest receive of one, as the Lessor does it
+            first = lease_first(core, q, t, now, visibility_ms, count)
+            if first is None:  # not told there: the general tests
+                first = not nothing_to_deliver(q, t, now)
+            if first is not False:  # something to deliver
+                if first is not True:  # the commonest receive of one, as the Lessor does it
                     deliveries, rows = [first], 1
                     held = counters.received(q.id, t.id, 1, len(first.record), True)
                     # Leased at ``gone_seq`` (a queue consumed in order): the tag's floor is
@@ -182,7 +185,7 @@ class MessagingOps:
                caller: str | None = None) -> list[LaminaError | None]:
         """End messages for ``tag`` by their current receipts; per receipt None or an error."""
         core = self._core
-        with core._operation() as now:
+        with core._frame as now:  # ``_operation()``, a call less
             q, t = self._tag_operation(caller, queue, tag, now)
             receipts = check_batch(receipts, "receipts")
             touched: list[LeaseBatch] = []
