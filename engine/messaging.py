@@ -37,6 +37,7 @@ from .errors import (
 from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
 from .results import Delivery, FirstDeliveries, Sent, SentColumns, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
+from .store import Store
 from .validation import (
     MAX_VISIBILITY_S,
     check_batch,
@@ -46,6 +47,35 @@ from .validation import (
 
 #: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
 _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
+
+
+def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object, now: int,
+                ended_out: list[tuple[int, bytes, Lease]]) -> bool:
+    """A consumer's delete of one message, on a tag with no topic head and no rewind in
+    effect: when ``receipt`` is the one issued here for a current lease of its own row
+    (``leases``, no batch), end it as ``_delete_receipts``' loop does in line (the lease
+    out of memory and the due index, its row to ``ended_out``) -> True; else change nothing
+    -> False."""
+    if type(receipt) is not bytes or len(receipt) != RECEIPT_BYTES:
+        return False
+    seq, number = unpack_claim(receipt)
+    leases = t.leases
+    lease = leases.get(seq)
+    if (lease is None or lease.batch is not None or lease.number != number
+            or lease.state != LEASED or lease.receipt is None
+            or not compare_digest(lease.receipt, receipt) or lease.due_ms <= now
+            or seq < q.gone_seq or seq >= t.cursors[lease.lane]):
+        return False
+    del leases[seq]
+    key = keys.lease_key(q.id, t.id, seq)
+    ended_out.append((seq, key, lease))
+    t.due_index.discard(lease.due_ms, seq)
+    if not leases:  # every heap entry names a lease gone (as ``_delete_receipts``)
+        t.lease_heap.clear()
+        t.row_heap.clear()
+    store.pending += 1
+    store.written.append(key)  # names the queue, should the write fail
+    return True
 
 
 class MessagingOps:
@@ -253,6 +283,10 @@ class MessagingOps:
         core = self._core
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
+        plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
+        if plain and len(receipts) == 1 and delete_lone(store, q, t, receipts[0], now,
+                                                        ended_out):
+            return [None]
         lease_key = keys.lease_key
         end = ended_out.append
         # The seqs of the leases ended in line, by due time: runs of one due (a receive's
@@ -271,7 +305,6 @@ class MessagingOps:
         last = _NO_BATCH
         states, first, dense = bytearray(), 0, False
         batch_seqs: list[int] = []
-        plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         seq, cursor = -1, 0  # the seq ended last, the cursor of ``last``'s lane
         for receipt in receipts:
             if dense:  # ``last`` has dense seqs: guess the entry after the one ended last

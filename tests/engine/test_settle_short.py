@@ -35,6 +35,7 @@ steps = st.one_of(
     st.tuples(st.just("rewind"), st.sampled_from([0, 1_000, 29_000, 40_000])),
     st.tuples(st.just("purge"), st.just(None)),
     st.tuples(st.just("dead letters"), st.integers(0, 3)),
+    st.tuples(st.just("again"), st.integers(0, 7)),  # a receipt deleted before
 )
 
 
@@ -77,6 +78,7 @@ def play(path: Path, scenario: list[tuple[str, Any]], redrive: bool
         flush(self)
 
     held: list[bytes] = []
+    done: list[bytes] = []
     tags: list[str | None] = [None]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Store, "flush", counting_flush)
@@ -92,6 +94,10 @@ def play(path: Path, scenario: list[tuple[str, Any]], redrive: bool
                         held.extend(d.receipt for d in got if tag is None)
                 elif op == "delete" and held:
                     receipt = held.pop(arg % len(held))
+                    answers.append([repr(e) for e in engine.delete("q", [receipt])])
+                    done.append(receipt)
+                elif op == "again" and done:
+                    receipt = done[arg % len(done)]
                     answers.append([repr(e) for e in engine.delete("q", [receipt])])
                 elif op == "advance":
                     clock.advance(arg)
