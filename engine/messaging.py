@@ -216,7 +216,10 @@ class MessagingOps:
         """End messages for ``tag`` by their current receipts; per receipt None or an error."""
         core = self._core
         with core._frame as now:  # ``_operation()``, a call less
-            q, t = self._tag_operation(caller, queue, tag, now)
+            core._grants.check(caller, "receive", queue)  # ``_tag_operation``, in line
+            q = core._queue(queue)
+            t = core._tag(q, tag)
+            core._advance(q, now)
             receipts = check_batch(receipts, "receipts")
             touched: list[LeaseBatch] = []
             ended: list[tuple[int, bytes, Lease]] = []
