@@ -51,11 +51,11 @@ _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
 
 def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object, now: int,
                 ended_out: list[tuple[int, bytes, Lease]]) -> bool:
-    """A consumer's delete of one message, on a tag with no topic head and no rewind in
-    effect: when ``receipt`` is the one issued here for a current lease of its own row
-    (``leases``, no batch), end it as ``_delete_receipts``' loop does in line (the lease
-    out of memory and the due index, its row to ``ended_out``) -> True; else change nothing
-    -> False."""
+    """A consumer's delete of one message (``MessagingOps.delete``, on a tag with no topic
+    head and no rewind in effect): when ``receipt`` is the one issued here for a current
+    lease of its own row (``leases``, no batch), end it as ``_delete_receipts``' loop does
+    in line (the lease out of memory and the due index, its row to ``ended_out``) -> True;
+    else change nothing -> False (the loop's case)."""
     if type(receipt) is not bytes or len(receipt) != RECEIPT_BYTES:
         return False
     seq, number = unpack_claim(receipt)
@@ -223,7 +223,11 @@ class MessagingOps:
             receipts = check_batch(receipts, "receipts")
             touched: list[LeaseBatch] = []
             ended: list[tuple[int, bytes, Lease]] = []
-            results = self._delete_receipts(q, t, receipts, now, touched, ended)
+            if (len(receipts) == 1 and not t.heads and not t.rewind_vt
+                    and delete_lone(core._store, q, t, receipts[0], now, ended)):
+                results: list[LaminaError | None] = [None]  # a consumer's delete of one
+            else:
+                results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
             unsaved = q.unsaved_deletes
             counters = core._counters
@@ -287,9 +291,6 @@ class MessagingOps:
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
         plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
-        if plain and len(receipts) == 1 and delete_lone(store, q, t, receipts[0], now,
-                                                        ended_out):
-            return [None]
         lease_key = keys.lease_key
         end = ended_out.append
         # The seqs of the leases ended in line, by due time: runs of one due (a receive's
