@@ -58,9 +58,11 @@ class EngineClock:
         reading = self._source()
         if reading >= self.last_ms:
             self.last_ms = reading
-            self._warned = False
-            self._quiet_ms = 0
-        elif not self._warned and self.last_ms - reading > self._quiet_ms:
+            if self._warned or self._quiet_ms:  # caught up: a later step back warns again
+                self._warned = False
+                self._quiet_ms = 0
+            return reading
+        if not self._warned and self.last_ms - reading > self._quiet_ms:
             self._warned = True
             log.warning(
                 "clock is %d ms behind the engine clock; holding time at %d",

@@ -42,7 +42,7 @@ from .grants import Grants
 from .loading import headed_topic, lease_rows, read_queue, tag_definitions
 from .receipts import ReceiptCodec, load_or_create_key
 from .reclaim import collect
-from .records import PREFIX, PREFIX_SIZE
+from .records import PREFIX
 from .recovery import StoreRecovery
 from .state import (
     DEFAULT_TAG,
@@ -54,7 +54,7 @@ from .state import (
     QueueState,
     TagState,
 )
-from .scope import in_scope, not_ended_between
+from .scope import not_ended_between, skip_settled
 from .store import Store
 from .timeindex import first_seq_at
 from .storememory import MemoryBounds
@@ -248,8 +248,11 @@ class EngineCore(StoreRecovery):
         """Write the pending batch with the engine clock. On failure what the batch would have
         changed is rebuilt from the store, which never saw it (recovery.py), and
         ``WriteFailed`` is raised."""
-        store = self._store
-        self._counters.write(store.pending)
+        store, counters = self._store, self._counters
+        if counters.dirty or counters.unsaved:
+            counters.write(store.pending)
+        else:  # ``Counters.write`` would do just this
+            counters.held_batch = -1
         if not store.pending:
             return
         ceiling = self._persisted_clock
@@ -331,7 +334,10 @@ class EngineCore(StoreRecovery):
     @staticmethod
     def _tag(q: QueueState, name: object) -> TagState:
         if name is None:
-            name = DEFAULT_TAG  # a valid name: nothing to check
+            tag_id = q.tag_names.get(DEFAULT_TAG)  # a valid name, in lower case
+            if tag_id is not None:
+                return q.tags[tag_id]
+            name = DEFAULT_TAG
         else:
             check_name(name, "tag")
         t = q.tag_named(name)  # type: ignore[arg-type]
@@ -354,11 +360,15 @@ class EngineCore(StoreRecovery):
 
         What this changes is written at once, as its own batch: the operation then reads it
         (an expired topic head passes its topic on with rows a receive must see)."""
-        pending = self._store.pending
-        self._dead_letters.apply_expiries(q, now)
-        horizon = now - q.attributes["retention"] * 1000
-        if not (q.oldest_live_ms >= 0 and horizon <= q.oldest_live_ms) and not (
-                q.expired_seq >= q.next_seq and horizon <= q.last_time_ms):
+        store = self._store
+        pending = store.pending
+        attributes = q.attributes
+        if attributes["redrive"] is not None:  # else no dead-letter move
+            self._dead_letters.apply_expiries(q, now)
+        horizon = now - attributes["retention"] * 1000
+        oldest = q.oldest_live_ms
+        if (oldest < 0 or horizon > oldest) and (
+                q.expired_seq < q.next_seq or horizon > q.last_time_ms):
             expired = self._first_seq_at(q, horizon)
             if expired > q.expired_seq:
                 q.expired_seq = expired
@@ -366,7 +376,7 @@ class EngineCore(StoreRecovery):
                     self._raise_gone(q, expired, expiry=True)
                 self._persist_watermarks(q)
             q.oldest_live_ms = self._oldest_live_ms(q)
-        if self._store.pending > pending:
+        if store.pending > pending:
             self._write_pending()
 
     def _oldest_live_ms(self, q: QueueState) -> int:
@@ -404,20 +414,32 @@ class EngineCore(StoreRecovery):
     def _settle(self, q: QueueState, now: int) -> None:
         """Raise ``gone_seq`` to the highest value DESIGN.md §2 allows at ``now``; for a DLQ,
         also its sources' (a dead letter whose copy ended counts as Ended at once)."""
-        self._settle_queue(q, now)
+        if q.gone_seq < q.next_seq:  # else all gone: nothing can rise (``_settle_queue``)
+            self._settle_queue(q, now)
         sources = self._dead_sources.get(q.id)
         if sources:
             self._dead_letters.settle_sources(q, sources, now)
 
     def _settle_queue(self, q: QueueState, now: int) -> None:
-        if q.gone_seq >= q.next_seq:  # all gone (a consumer that keeps up): nothing can rise,
+        gone = q.gone_seq
+        if gone >= q.next_seq:  # all gone (a consumer that keeps up): nothing can rise,
             return  # as every watermark below is at most ``next_seq``
         floor = delayed_floor(self._store, q) if q.delayseq_from < q.next_seq else q.next_seq
+        lanes, tails = q.lanes_used, q.lane_tail
         for t in q.tags.values():
+            # A tag leased at ``gone_seq`` or with a cursor resting there has its floor there
+            # (``tag_floor``): nothing can rise (``expired_seq`` and ``purge_seq`` are never
+            # above ``gone_seq``), told without the floor's work.
+            lease, cursors = t.leases.get(gone), t.cursors
+            if lease is not None and lease.state == LEASED:
+                return
+            for lane in lanes:
+                if cursors[lane] <= gone and cursors[lane] <= tails[lane]:
+                    return
             held_from = tag_floor(self._store, self._queues, self._now, q, t)
             if held_from < floor:
                 floor = held_from
-                if floor <= q.gone_seq:
+                if floor <= gone:
                     return
         bound = self._first_seq_at(q, now - q.attributes["rewind"] * 1000)
         gone = max(q.gone_seq, q.expired_seq, q.purge_seq, min(floor, bound))
@@ -473,28 +495,7 @@ class EngineCore(StoreRecovery):
             return
         lower, upper = keys.log_lane_bounds(q.id, lane, cursor)
         it = Store.scan(self._store.log, lower, upper)
-        t.cursors[lane] = self._skip_settled(t, it, q.lane_tail[lane], deleted)
-
-    def _skip_settled(self, t: TagState, it: Any, tail: int,
-                      deleted: AbstractSet[int] = frozenset()) -> int:
-        """Advance a lane iterator past records a cursor has nothing to do with -> the seq it
-        rests on, or tail + 1. Settled: delayed (they reach tags through the delay index),
-        holding a lease row (leased, ended ahead of the cursor, or ``deleted``), or outside
-        the tag's scope (Ended for it). Stepping over them passes nothing that is not Ended
-        or counted elsewhere in the floor."""
-        unpack = PREFIX.unpack_from
-        leases = t.leases
-        while it.valid():
-            value = it.value()
-            enqueue_ms, visible_ms, _, _ = unpack(value)
-            if visible_ms == enqueue_ms:
-                seq = keys.log_seq(it.key())
-                if seq not in leases and seq not in deleted and (
-                        (t.filter is None and enqueue_ms >= t.start_ms and seq >= t.start_seq)
-                        or in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
-                    return seq
-            it.next()
-        return tail + 1
+        t.cursors[lane] = skip_settled(t, it, q.lane_tail[lane], deleted)
 
     def _notify(self, q: QueueState) -> None:
         if self.on_activity is not None:
@@ -582,17 +583,4 @@ class EngineCore(StoreRecovery):
                 self._deadlines.schedule_expiry_check(q, now)
 
     def _apply_due_lapses(self, now: int) -> None:
-        """Topic heads whose lease ran out by ``now`` while rewound messages of their topic
-        waited behind them: those go first now (``Topics.head_lapsed``), in deadline order."""
-        heap = self._deadlines.lapse_heap
-        while heap and heap[0][0] <= now:
-            due, queue_id, tag_id, seq = heapq.heappop(heap)
-            q = self._queues.get(queue_id)
-            t = q.tags.get(tag_id) if q is not None else None
-            if q is None or t is None:
-                continue
-            lease, topic_id = t.leases.get(seq), t.heads.get(seq)
-            if (lease is not None and lease.state == LEASED and lease.due_ms == due
-                    and topic_id is not None and topic_id in t.topic_from):
-                self._topics.head_lapsed(q, t, seq, topic_id, due)
-
+        self._topics.apply_due_lapses(self._queues, now)

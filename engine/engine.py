@@ -190,6 +190,9 @@ class Engine(EngineCore):
     def next_deadline(self) -> int | None:
         """The earliest time (ms) at which a message may become Active without a request
         (lease expiry, delay end), or None. A server's timer task sleeps until then."""
+        heap = self._deadlines.wake_heap  # ``MessagingOps.next_deadline``, a call less
+        if heap and heap[0][1] in self._queues:
+            return heap[0][0]
         return self._messaging.next_deadline()
 
     def process_deadlines(self) -> list[tuple[str, str | None]]:

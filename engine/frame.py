@@ -88,7 +88,7 @@ class OperationFrame:
                 core._write_pending()
             except Exception as error:
                 self._raise_failure(error)
-            if core._group_depth == 0 and core.fsync and core._unsynced:
+            if core.fsync and core._group_depth == 0 and core._unsynced:
                 core.sync_wal()
             return
         if not issubclass(exc_type, Exception):

@@ -14,7 +14,7 @@ from .core import EngineCore
 from .leasebatch import LeaseBatch, encode_head
 from .receipts import pack_body as pack_body_
 from .results import Delivery, FirstDeliveries, Peeked
-from .scope import in_scope, topic_gate
+from .scope import in_scope, skip_settled, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
 from .store import LaneWalk, Scan, Store
 
@@ -56,41 +56,50 @@ def save_lone_lease(store: Store, qid: int, t: TagState, lane: int, seq: int, du
     store.batch.put(key, Lease.pack(LEASED, lane, due, 1, now, number), store.leases_h)
     store.written.append(key)  # names the queue, should the write fail
     t.due_index.add(due, seq)
-    for heap in (t.row_heap, t.lease_heap):
-        if heap:
-            heappush(heap, seq)
-        else:
-            heap.append(seq)
+    if t.row_heap:
+        heappush(t.row_heap, seq)
+    else:
+        t.row_heap.append(seq)
+    if t.lease_heap:
+        heappush(t.lease_heap, seq)
+    else:
+        t.lease_heap.append(seq)
 
 
 def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
-                visibility_ms: int, count: int = 1) -> Delivery | None:
+                visibility_ms: int, count: int = 1) -> Delivery | bool | None:
     """A receive of up to ``count``, done as ``Lessor.run`` does it, in the commonest case
     where it leases one message: one lane, no deadline nor delay end due, the tag's row not
     to be written, and the cursor's record a plain first delivery (no topic, no delay, in a
     scope without filter) — for ``count`` above one, the lane's last record (a long poll
     woken by a send of one: the Lessor would lease it alone, whatever ``max_bytes``, since a
-    receive's first delivery always fits). None, having changed nothing, in any other case:
-    the caller takes the general path."""
+    receive's first delivery always fits). Otherwise, having changed nothing: False when
+    the lane has nothing to deliver (``nothing_to_deliver`` would say so), True when the
+    general path has (the Lessor's case), None when neither is told here (one lane with no
+    deadline due is the case this looks at)."""
     if (t.min_due_ms <= now or t.delay_hint <= now or t.lease_counter >= t.counter_ceiling
             or len(q.lanes_used) != 1 or t.filter is not None):
         return None
     lane = q.lanes_used[0]
     tail, cursors, start_seq = q.lane_tail[lane], t.cursors, t.start_seq
     seq = max(cursors[lane], q.gone_seq, start_seq)
-    if seq > tail or (seq < tail and count > 1):
-        return None
+    # From here the lane's cursor and the floor are at most ``tail``, or past it: what
+    # ``nothing_to_deliver`` looks at, in one lane.
+    if seq > tail:
+        return False
+    if seq < tail and count > 1:
+        return True
     store, qid, leases, start_ms = engine._store, q.id, t.leases, t.start_ms
     log, last = store.log, store.last_record
     key = keys.log_key(qid, lane, seq)
     value = last[1] if last[0] == key else log.get(key)
     if value is None:
-        return None
+        return True
     last[0], last[1] = key, value
     enqueue_ms, visible_ms, topic_id, _ = PREFIX.unpack_from(value)
     if (visible_ms != enqueue_ms or topic_id != 0 or enqueue_ms < start_ms
             or seq in leases):
-        return None
+        return True
     # ``_never_delivered``'s in-line first lease and ``_save_batch`` of a lone lease.
     number = t.lease_counter
     t.lease_counter = number + 1
@@ -101,7 +110,7 @@ def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
     receipt = body + mac.digest()
     leases[seq] = Lease(LEASED, lane, due, 1, now, number, receipt, None)
     save_lone_lease(store, qid, t, lane, seq, due, now, number)
-    # Where the cursor rests: the next record a cursor has to do with (``_skip_settled``).
+    # Where the cursor rests: the next record a cursor has to do with (``skip_settled``).
     cursor = seq + 1
     if cursor > tail:
         cursor = tail + 1
@@ -114,7 +123,7 @@ def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
         if after is None or not (visible_ms == enqueue_ms and cursor not in leases
                                  and enqueue_ms >= start_ms):
             walk = LaneWalk(log, qid, lane, cursor, tail, last)
-            cursor = engine._skip_settled(t, walk, tail)
+            cursor = skip_settled(t, walk, tail)
     if cursor != cursors[lane]:
         cursors[lane] = cursor
         t.row_behind = True
@@ -467,7 +476,7 @@ class Lessor:
                 self._save_batch(lane, batch, seqs, numbers, number)
             if self.dry_run:
                 continue
-            cursor = self.engine._skip_settled(t, it, tail) if have >= count \
+            cursor = skip_settled(t, it, tail) if have >= count \
                 else (keys.log_seq(it.key()) if it.valid() else tail + 1)
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor

@@ -37,6 +37,7 @@ from .errors import (
 from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
 from .results import Delivery, FirstDeliveries, Sent, SentColumns, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
+from .store import Store
 from .validation import (
     MAX_VISIBILITY_S,
     check_batch,
@@ -46,6 +47,35 @@ from .validation import (
 
 #: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
 _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
+
+
+def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object, now: int,
+                ended_out: list[tuple[int, bytes, Lease]]) -> bool:
+    """A consumer's delete of one message (``MessagingOps.delete``, on a tag with no topic
+    head and no rewind in effect): when ``receipt`` is the one issued here for a current
+    lease of its own row (``leases``, no batch), end it as ``_delete_receipts``' loop does
+    in line (the lease out of memory and the due index, its row to ``ended_out``) -> True;
+    else change nothing -> False (the loop's case)."""
+    if type(receipt) is not bytes or len(receipt) != RECEIPT_BYTES:
+        return False
+    seq, number = unpack_claim(receipt)
+    leases = t.leases
+    lease = leases.get(seq)
+    if (lease is None or lease.batch is not None or lease.number != number
+            or lease.state != LEASED or lease.receipt is None
+            or not compare_digest(lease.receipt, receipt) or lease.due_ms <= now
+            or seq < q.gone_seq or seq >= t.cursors[lease.lane]):
+        return False
+    del leases[seq]
+    key = keys.lease_key(q.id, t.id, seq)
+    ended_out.append((seq, key, lease))
+    t.due_index.discard(lease.due_ms, seq)
+    if not leases:  # every heap entry names a lease gone (as ``_delete_receipts``)
+        t.lease_heap.clear()
+        t.row_heap.clear()
+    store.pending += 1
+    store.written.append(key)  # names the queue, should the write fail
+    return True
 
 
 class MessagingOps:
@@ -63,7 +93,7 @@ class MessagingOps:
         ``SentColumns`` for a batch of plain messages all accepted (what a server splices
         into its answer, no ``Sent`` built per entry; ``Engine.send`` makes them)."""
         core = self._core
-        with core._operation() as now:
+        with core._frame as now:  # ``_operation()``, a call less
             core._grants.check(caller, "send", queue)
             q = core._queue(queue)
             messages = check_batch(messages, "messages")
@@ -83,45 +113,49 @@ class MessagingOps:
         deliveries come as ``FirstDeliveries`` columns when all are first deliveries made in
         line (``Lessor.run``)."""
         core = self._core
-        with core._operation() as now:
+        with core._frame as now:  # ``_operation()``, a call less
             core._grants.check(caller, "receive", queue)
             q = core._queue(queue)
             t = core._tag(q, tag)
-            count = check_int(max, "max", 1, 1000)
+            count = max if type(max) is int and 0 < max <= 1000 else check_int(
+                max, "max", 1, 1000)
             if visibility_timeout is None:
                 visibility_ms = q.attributes["visibility_timeout"] * 1000
             else:
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
             core._advance(q, now)
-            deliveries: list[Delivery] | FirstDeliveries = []
+            first = lease_first(core, q, t, now, visibility_ms, count)
+            if first is None:  # not told there: the general tests
+                first = not nothing_to_deliver(q, t, now)
+            if first is False:  # nothing to deliver (a long poll's receive, again)
+                core._settle(q, now)
+                return []
+            deliveries: list[Delivery] | FirstDeliveries
             counters = core._counters
-            rows, held, settled = 0, False, False
-            if not nothing_to_deliver(q, t, now):
-                first = lease_first(core, q, t, now, visibility_ms, count)
-                if first is not None:  # the commonest receive of one, as the Lessor does it
-                    deliveries, rows = [first], 1
-                    held = counters.received(q.id, t.id, 1, len(first.record), True)
-                    # Leased at ``gone_seq`` (a queue consumed in order): the tag's floor is
-                    # there, so settling could not raise ``gone_seq`` (``_settle_queue``
-                    # stops at it); a DLQ's sources are settled all the same.
-                    settled = (unpack_claim(first.receipt)[0] <= q.gone_seq
-                               and not core._dead_sources.get(q.id))
+            if first is not True:  # the commonest receive of one, as the Lessor does it
+                deliveries, rows = [first], 1
+                held = counters.received(q.id, t.id, 1, len(first.record), True)
+                # Leased at ``gone_seq`` (a queue consumed in order): the tag's floor is
+                # there, so settling could not raise ``gone_seq`` (``_settle_queue``
+                # stops at it); a DLQ's sources are settled all the same.
+                settled = (unpack_claim(first.receipt)[0] <= q.gone_seq
+                           and not core._dead_sources.get(q.id))
+            else:
+                lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
+                deliveries, rows = lessor.run(), lessor.rows
+                if deliveries.__class__ is FirstDeliveries:
+                    record_bytes = deliveries.record_bytes()
                 else:
-                    lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
-                    deliveries, rows = lessor.run(), lessor.rows
-                    if deliveries.__class__ is FirstDeliveries:
-                        record_bytes = deliveries.record_bytes()
-                    else:
-                        record_bytes = sum([len(d.record) for d in deliveries])
-                    held = bool(deliveries) and counters.received(
-                        q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
-                    # A message at ``gone_seq`` leased for this tag holds it there (the
-                    # tag's floor, which ``_settle_queue`` stops at): a receive that leaves
-                    # one so, as a consumer's in-order receive does, cannot raise it.
-                    at_gone = t.leases.get(q.gone_seq)
-                    settled = (at_gone is not None and at_gone.state == LEASED
-                               and not core._dead_sources.get(q.id))
+                    record_bytes = sum([len(d.record) for d in deliveries])
+                held = bool(deliveries) and counters.received(
+                    q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
+                # A message at ``gone_seq`` leased for this tag holds it there (the
+                # tag's floor, which ``_settle_queue`` stops at): a receive that leaves
+                # one so, as a consumer's in-order receive does, cannot raise it.
+                at_gone = t.leases.get(q.gone_seq)
+                settled = (at_gone is not None and at_gone.state == LEASED
+                           and not core._dead_sources.get(q.id))
             if not settled:
                 core._settle(q, now)
             if held and core._store.pending == rows:
@@ -182,12 +216,19 @@ class MessagingOps:
                caller: str | None = None) -> list[LaminaError | None]:
         """End messages for ``tag`` by their current receipts; per receipt None or an error."""
         core = self._core
-        with core._operation() as now:
-            q, t = self._tag_operation(caller, queue, tag, now)
+        with core._frame as now:  # ``_operation()``, a call less
+            core._grants.check(caller, "receive", queue)  # ``_tag_operation``, in line
+            q = core._queue(queue)
+            t = core._tag(q, tag)
+            core._advance(q, now)
             receipts = check_batch(receipts, "receipts")
             touched: list[LeaseBatch] = []
             ended: list[tuple[int, bytes, Lease]] = []
-            results = self._delete_receipts(q, t, receipts, now, touched, ended)
+            if (len(receipts) == 1 and not t.heads and not t.rewind_vt
+                    and delete_lone(core._store, q, t, receipts[0], now, ended)):
+                results: list[LaminaError | None] = [None]  # a consumer's delete of one
+            else:
+                results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
             unsaved = q.unsaved_deletes
             counters = core._counters
@@ -250,6 +291,7 @@ class MessagingOps:
         core = self._core
         store = core._store
         leases, cursors, gone = t.leases, t.cursors, q.gone_seq
+        plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         lease_key = keys.lease_key
         end = ended_out.append
         # The seqs of the leases ended in line, by due time: runs of one due (a receive's
@@ -268,7 +310,6 @@ class MessagingOps:
         last = _NO_BATCH
         states, first, dense = bytearray(), 0, False
         batch_seqs: list[int] = []
-        plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
         seq, cursor = -1, 0  # the seq ended last, the cursor of ``last``'s lane
         for receipt in receipts:
             if dense:  # ``last`` has dense seqs: guess the entry after the one ended last

@@ -8,7 +8,7 @@ The topic rules these follow are in topics.py.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import AbstractSet, Any
 
 import cbor2
 
@@ -154,3 +154,24 @@ def topic_or_plain_in_scope(store: Store, q: QueueState, t: TagState, seq: int) 
         if value is not None:
             return in_scope(t, seq, PREFIX.unpack_from(value)[0], value[PREFIX_SIZE:])
     return False
+
+
+def skip_settled(t: TagState, it: Any, tail: int, deleted: AbstractSet[int] = frozenset()) -> int:
+    """Advance a lane iterator past records a cursor has nothing to do with -> the seq it
+    rests on, or tail + 1. Settled: delayed (they reach tags through the delay index),
+    holding a lease row (leased, ended ahead of the cursor, or ``deleted``), or outside
+    the tag's scope (Ended for it). Stepping over them passes nothing that is not Ended
+    or counted elsewhere in the floor."""
+    unpack = PREFIX.unpack_from
+    leases = t.leases
+    while it.valid():
+        value = it.value()
+        enqueue_ms, visible_ms, _, _ = unpack(value)
+        if visible_ms == enqueue_ms:
+            seq = keys.log_seq(it.key())
+            if seq not in leases and seq not in deleted and (
+                    (t.filter is None and enqueue_ms >= t.start_ms and seq >= t.start_seq)
+                    or in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
+                return seq
+        it.next()
+    return tail + 1

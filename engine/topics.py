@@ -27,6 +27,7 @@ production order. The rules, as the engine applies them:
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from typing import Any, Iterator, Protocol
 
@@ -226,11 +227,26 @@ class Topics:
 
     def watch_lapse(self, q: QueueState, t: TagState, topic_id: int) -> None:
         """Rewound (or redriven) messages of ``topic_id`` wait behind its Inflight head: have
-        the head's lease deadline checked (``EngineCore._apply_due_lapses``)."""
+        the head's lease deadline checked (``apply_due_lapses``)."""
         head = t.locked.get(topic_id)
         lease = t.leases.get(head) if head is not None else None
         if head is not None and lease is not None and lease.state == LEASED:
             self._context._deadlines.watch_lapse(q, t, head, lease.due_ms)
+
+    def apply_due_lapses(self, queues: dict[int, QueueState], now: int) -> None:
+        """Topic heads whose lease ran out by ``now`` while rewound messages of their topic
+        waited behind them: those go first now (``head_lapsed``), in deadline order."""
+        heap = self._context._deadlines.lapse_heap
+        while heap and heap[0][0] <= now:
+            due, queue_id, tag_id, seq = heapq.heappop(heap)
+            q = queues.get(queue_id)
+            t = q.tags.get(tag_id) if q is not None else None
+            if q is None or t is None:
+                continue
+            lease, topic_id = t.leases.get(seq), t.heads.get(seq)
+            if (lease is not None and lease.state == LEASED and lease.due_ms == due
+                    and topic_id is not None and topic_id in t.topic_from):
+                self.head_lapsed(q, t, seq, topic_id, due)
 
     def head_lapsed(self, q: QueueState, t: TagState, head: int, topic_id: int,
                            at: int) -> None:

@@ -1,0 +1,74 @@
+"""A consumer's delete of one message takes a shorter path (``messaging.delete_lone``); it
+must answer and store exactly what ``_delete_receipts``' loop does, and leave it to the loop
+whenever the receipt is not the current one of a lease of its own row (Hypothesis)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lamina.engine import Engine, FakeClock, messaging
+from tests.engine.test_settle_short import START_MS, play, steps
+
+
+def both_paths(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 0
+               ) -> tuple[Any, Any, int]:
+    """The scenario played from copies of one directory (the same receipt key): with the
+    short path, then with the loop alone -> (short's result, the loop's, deletes taken)."""
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    base = tmp_path / "base"
+    with Engine.open(base, clock=FakeClock(START_MS)) as engine:
+        engine.create_queue("dlq")
+        engine.create_queue("q", {"retention": 60, "rewind": rewind_s, "visibility_timeout": 1})
+    shutil.copytree(base, tmp_path / "loop")
+    taken = 0
+    short = messaging.delete_lone
+
+    def counting(*args: Any) -> bool:
+        nonlocal taken
+        done = short(*args)
+        taken += done
+        return done
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(messaging, "delete_lone", counting)
+        fast = play(base, scenario, False)
+        patch.setattr(messaging, "delete_lone", lambda *args: False)
+        loop = play(tmp_path / "loop", scenario, False)
+    return fast, loop, taken
+
+
+def test_w4s_deletes_of_one_take_the_short_path_with_the_loops_results(tmp_path):
+    scenario: list[tuple[str, Any]] = [("send", [b"plain"] * 5)]
+    scenario += [("receive", 1), ("delete", 0), ("advance", 1)] * 3
+    scenario += [("receive", 1), ("receive", 1), ("delete", 1), ("delete", 0), ("again", 0)]
+    fast, loop, taken = both_paths(tmp_path, scenario)
+    assert taken == 5  # the receipt deleted again: the loop's case
+    assert fast == loop
+
+
+def test_a_stale_or_batched_receipt_is_left_to_the_loop(tmp_path):
+    scenario: list[tuple[str, Any]] = [("send", [b"plain"]), ("receive", 1),
+                                       ("advance", 1_100), ("delete", 0),  # ran out: stale
+                                       ("send", [b"plain"] * 4), ("receive", 16),
+                                       ("delete", 0),  # its redelivery: a row of its own
+                                       ("delete", 0),  # a lease of a batch row
+                                       ("advance", 1_100), ("delete", 0)]  # stale
+    fast, loop, taken = both_paths(tmp_path, scenario)
+    assert taken == 1
+    assert fast == loop
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(steps, min_size=1, max_size=16), st.sampled_from([0, 0, 30]))
+def test_a_delete_of_one_answers_and_stores_the_same_on_either_path(tmp_path, scenario,
+                                                                     rewind_s):
+    fast, loop, _ = both_paths(tmp_path, scenario, rewind_s)
+    assert fast[0] == loop[0]  # answers, peeks, stats, watermarks
+    assert fast[1] == loop[1]  # every row of every column family
