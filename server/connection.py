@@ -10,7 +10,10 @@ The answers' side, with the unsent cap and the writer task, is ``outbox.py``.
 On plain TCP the reader reads the socket's fd itself and the answers of a small request are
 written before the reader waits again: one task step per request (see ``_read_socket``). A
 read holding a few requests after auth (the usual read of a client awaiting its answers) is
-applied and answered in one synchronous call (inplace.py): no Work, no coroutine.
+applied and answered in one synchronous call (inplace.py): no Work, no coroutine. While
+other connections are reading too, a drained connection waits in the read hub
+(readhub.py), which runs its reads (``read_step``) with theirs after one trio wait, and wakes
+its task for whatever needs it (rules 2, 3, 5 and 6 hold: the task does that part as before).
 
 Rules of a connection (each one lives in this file):
 
@@ -56,7 +59,7 @@ from .dispatch import Answer
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
 from .preauth import pre_auth_answer
-from .readhub import ReadHub
+from .readhub import SHARE_WINDOW_S, ReadHub
 from .waiters import Waiter
 
 __all__ = ["Connection", "Work"]
@@ -94,6 +97,8 @@ class Connection:
         self._eof = False
         self._unhandled: list[Any] | None = None  # events for _handle, and their bytes
         self._unhandled_bytes = 0
+        self._sharing = False  # another connection read shortly before the last read
+        self._hub_key = id(self)
         self.outbox = Outbox(
             stream, peer, max_unsent_bytes=4 * limits.max_frame_bytes,
             idle_timeout_s=limits.idle_timeout_s, budget=budget, at_once=limits.answers_at_once,
@@ -338,17 +343,10 @@ class Connection:
                     return
             if not self._drained:
                 self.read_step()
-            elif hub is None:
-                await wait_readable(fd)
-                self.read_step()
-            elif hub.joins() and not proto.pre_auth:
+            elif self._sharing and hub is not None and hub.open:
                 await hub.wait(fd, self)  # the hub ran read_step until one needed this task
             else:
-                hub.alone += 1
-                try:
-                    await wait_readable(fd)
-                finally:
-                    hub.alone -= 1
+                await wait_readable(fd)
                 self.read_step()
             if self._eof:
                 return
@@ -366,7 +364,7 @@ class Connection:
     def read_step(self) -> bool:
         """One read of the socket, applied and answered now if it can be (inplace.py);
         what cannot is left in ``_unhandled`` for ``_handle``. True: done, the socket drained,
-        nothing holds reading back (readhub.py rule 2)."""
+        nothing holds reading back, and it pays to wait in the hub (readhub.py rules 1, 2)."""
         try:
             data = os.read(self._socket_fd, RECEIVE_CHUNK_BYTES)  # type: ignore[arg-type]
         except BlockingIOError:
@@ -378,10 +376,14 @@ class Connection:
             self._eof = True
             return False
         self._last_read = now = time.perf_counter()
+        proto, hub = self.proto, self._hub
+        if hub is not None:  # readhub.py rule 1: another connection read just before?
+            self._sharing = (hub.last_reader != self._hub_key
+                             and now - hub.last_read_s < SHARE_WINDOW_S and not proto.pre_auth)
+            hub.last_reader, hub.last_read_s = self._hub_key, now
         if self._on_read is not None:
             self._on_read()
         drained = self._drained = len(data) < RECEIVE_CHUNK_BYTES
-        proto = self.proto
         events = proto.receive_data(data)
         if events and (proto.pre_auth or not answered_now(
                 self.applier, self, self.outbox, events, now, self.limits.max_frame_bytes)):
@@ -391,7 +393,8 @@ class Connection:
             return False
         if self._input_granted or proto.buffering:
             self._track_input()
-        return drained and not (self._held_back() or self._stop_reading or self._closing)
+        return drained and self._sharing and not (
+            self._held_back() or self._stop_reading or self._closing)
 
     def _held_back(self) -> bool:
         """Rule 3: reading must wait (the cheap checks first; ``_may_read`` only when one of

@@ -6,22 +6,25 @@ and resumes the task. When several connections are busy (W1's and W2's four clie
 serves them with one wait: a level-triggered ``select.epoll`` where each waiting connection is
 registered once; one task waits on that epoll's own fd, polls it, and runs each ready
 connection's read step inline (``HubReader.read_step``: read, parse, apply and answer a read
-that needs no waiting: connection.py's ``_answered_now``). One wake-up then serves the requests
+that needs no waiting: inplace.py). One wake-up then serves the requests
 that arrived together, and a connection is not re-armed between its requests.
 
 Rules of the hub (each one lives in this file, ``Connection._socket_reads`` keeps its side):
 
-1. Only when it pays: a connection waits in the hub only when another connection is waiting
-   for bytes too (in the hub, or on its own socket: ``alone``). One connection by itself
-   waits on its own socket as before: through the hub its request would cost a poll more and
-   save nothing. A reader left alone in the hub (no other registered, none waiting alone) is
-   handed back after its step.
-2. A reader stays registered while its steps end with its socket drained and nothing to wait
-   for. A step that needs its task (requests for the applier's inbox, a backpressure wait,
-   EOF, a protocol error, a read that did not drain the socket, shutdown) returns False: the
-   hub unregisters it and reschedules its task, which goes on in its own loop with what the
-   step read. A step that raises does the same, and the exception is raised in the reader's
-   task: it ends that connection only (connection.py rule 7).
+1. Only when it pays: a connection waits in the hub only while reads of several connections
+   come close together: its last read came within ``SHARE_WINDOW_S`` of another
+   connection's (the connections note their reads in ``last_reader`` and ``last_read_s``).
+   A connection whose requests come by themselves (one client of round trips, beside idle
+   ones) waits on its own socket as before: through the hub each of its requests would cost
+   a poll more and save nothing. A reader whose read in the hub came by itself is handed
+   back (its step returns False).
+2. A reader stays registered while its steps end with its socket drained, nothing to wait
+   for, and rule 1 still holding. A step that needs its task (requests for the applier's
+   inbox, a backpressure wait, EOF, a protocol error, a read that did not drain the socket,
+   shutdown, a read that came by itself) returns False: the hub unregisters it and
+   reschedules its task, which goes on in its own loop with what the step read. A step that
+   raises does the same, and the exception is raised in the reader's task: it ends that
+   connection only (connection.py rule 7).
 3. Cancellation unregisters at once: the parked task's abort callback (trio calls it
    synchronously when the task's cancel scope is cancelled: the idle deadline,
    ``stop_reading``, an abort) unregisters the fd. So when a reader's task runs again its fd
@@ -38,13 +41,19 @@ Rules of the hub (each one lives in this file, ``Connection._socket_reads`` keep
 
 from __future__ import annotations
 
+import math
 import select
 from typing import Protocol
 
 import outcome
 import trio
 
-__all__ = ["HubReader", "ReadHub"]
+__all__ = ["HubReader", "ReadHub", "SHARE_WINDOW_S"]
+
+#: Rule 1: reads of two connections this close together make waiting in the hub pay. W1's
+#: four producers read every 0.1-0.2 ms between them; a wake-up of the hub that finds one
+#: connection ready costs a poll (about 1-2 µs) more than the connection's own wait.
+SHARE_WINDOW_S = 0.001
 
 
 class HubReader(Protocol):
@@ -62,8 +71,9 @@ class ReadHub:
         self._readers: dict[int, tuple[HubReader, trio.lowlevel.Task]] = {}
         #: Readers may join (rule 6).
         self.open = True
-        #: Connections waiting for bytes on their own sockets now (rule 1).
-        self.alone = 0
+        #: Rule 1: who read last (a connection's key) and when (``time.perf_counter``).
+        self.last_reader = 0
+        self.last_read_s = -math.inf
         #: Passes (one wait and one poll) and the read steps run in them: for tests, and
         #: logged when the server stops.
         self.passes = 0
@@ -73,10 +83,6 @@ class ReadHub:
     def registered(self) -> int:
         """Readers waiting in the hub now."""
         return len(self._readers)
-
-    def joins(self) -> bool:
-        """Whether a reader about to wait for bytes should wait here (rule 1)."""
-        return self.open and bool(self.alone or self._readers)
 
     async def wait(self, fd: int, reader: HubReader) -> None:
         """Park the calling task until ``reader.read_step()`` returns False or raises (rule 2),
@@ -107,7 +113,7 @@ class ReadHub:
                         continue
                     reader, task = entry
                     try:
-                        stays = reader.read_step() and bool(self.alone or len(readers) > 1)
+                        stays = reader.read_step()
                         result: outcome.Outcome[None] = outcome.Value(None)
                     except Exception as exc:  # rule 2: raised in the reader's task
                         stays, result = False, outcome.Error(exc)
