@@ -334,20 +334,22 @@ class Connection:
         fd = self._socket_fd
         assert fd is not None
         proto, hub = self.proto, self._hub
-        wait_readable = trio.lowlevel.wait_readable
-        self._drained = False
+        wait_readable, read_step = trio.lowlevel.wait_readable, self.read_step
+        outbox, max_inflight = self.outbox, self.limits.max_inflight
+        self._drained = self._eof = False
         while not (self._stop_reading or self._closing):
-            if self._held_back():
+            if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
+                    or len(proto.outstanding_ids) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
             if not self._drained:
-                self.read_step()
+                read_step()
             elif self._sharing and hub is not None and hub.open:
                 await hub.wait(fd, self)  # the hub ran read_step until one needed this task
             else:
                 await wait_readable(fd)
-                self.read_step()
+                read_step()
             if self._eof:
                 return
             if self._unhandled is not None:
@@ -393,16 +395,8 @@ class Connection:
             return False
         if self._input_granted or proto.buffering:
             self._track_input()
-        return drained and self._sharing and not (
-            self._held_back() or self._stop_reading or self._closing)
-
-    def _held_back(self) -> bool:
-        """Rule 3: reading must wait (the cheap checks first; ``_may_read`` only when one of
-        them says a limit may be near)."""
-        outbox = self.outbox
-        return bool(outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
-                    or len(self.proto.outstanding_ids) >= self.limits.max_inflight
-                    ) and not self._may_read()
+        return drained and self._sharing and self._may_read() and not (
+            self._stop_reading or self._closing)
 
     def _log_idle(self) -> None:
         log.info("idle connection closed", extra={"event": "idle_timeout", "peer": self.peer})
