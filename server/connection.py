@@ -53,9 +53,9 @@ import trio
 from lamina.wire.protocol import RejectedRequest, Request, ServerConnection, UnknownRequestId
 
 from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
-from .inplace import REQUEST_SLICE, answered_now
 from .bugs import internal_error
 from .dispatch import Answer
+from .inplace import REQUEST_SLICE, answered_now
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
 from .preauth import pre_auth_answer
@@ -92,8 +92,7 @@ class Connection:
         self.budget = budget
         self._on_read = on_read
         self._hub = hub
-        # Plain TCP: the state the last read_step left (_socket_reads).
-        self._drained = False  # the socket is empty: wait before reading again
+        self._drained = False  # the hub's last read_step: the socket is empty (and below)
         self._eof = False
         self._unhandled: list[Any] | None = None  # events for _handle, and their bytes
         self._unhandled_bytes = 0
@@ -328,44 +327,70 @@ class Connection:
 
     async def _socket_reads(self, inbox: trio.MemorySendChannel[Any]) -> None:
         """Read and handle until EOF, a protocol error, a failed auth or shutdown; the caller's
-        scope may cancel the wait for bytes (see ``_read_socket``). Each read is one
-        ``read_step``, run here or, while other connections wait for bytes too, by the read
-        hub (readhub.py), which hands back here what needs this task."""
+        scope may cancel the wait for bytes (see ``_read_socket``). While reads of others come
+        close to this one's, the read hub (readhub.py) waits and reads (``read_step``)."""
         fd = self._socket_fd
         assert fd is not None
-        proto, hub = self.proto, self._hub
-        wait_readable, read_step = trio.lowlevel.wait_readable, self.read_step
-        outbox, max_inflight = self.outbox, self.limits.max_inflight
-        self._drained = self._eof = False
+        proto, hub, applier, outbox = self.proto, self._hub, self.applier, self.outbox
+        read = os.read
+        clock = time.perf_counter
+        wait_readable = trio.lowlevel.wait_readable
+        on_read = self._on_read
+        drained = False  # the last read emptied the socket: wait before reading again
+        max_inflight, max_frame = self.limits.max_inflight, self.limits.max_frame_bytes
         while not (self._stop_reading or self._closing):
             if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
                     or len(proto.outstanding_ids) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
-            if not self._drained:
-                read_step()
-            elif self._sharing and hub is not None and hub.open:
+            if drained and self._sharing and hub is not None and hub.open:
+                self._eof = False
                 await hub.wait(fd, self)  # the hub ran read_step until one needed this task
+                if self._eof:
+                    return
+                drained, events = self._drained, self._unhandled
+                if events is not None:
+                    self._unhandled = None
+                    await self._handle(events, inbox, self._unhandled_bytes, self._last_read)
             else:
-                await wait_readable(fd)
-                read_step()
-            if self._eof:
-                return
-            if self._unhandled is not None:
-                events, self._unhandled = self._unhandled, None
-                await self._handle(events, inbox, self._unhandled_bytes, self._last_read)
-                if proto.protocol_error is None and (self._input_granted or proto.buffering):
-                    self._track_input()
+                if drained:
+                    await wait_readable(fd)
+                try:
+                    data = read(fd, RECEIVE_CHUNK_BYTES)
+                except BlockingIOError:
+                    drained = True
+                    continue
+                except OSError:  # reset by the peer: the same as EOF here
+                    data = b""
+                if not data:
+                    return
+                self._last_read = now = clock()
+                if hub is not None:
+                    self._note_read(hub, now)
+                if on_read is not None:
+                    on_read()
+                drained = len(data) < RECEIVE_CHUNK_BYTES
+                events = proto.receive_data(data)
+                if not (events and not proto.pre_auth and answered_now(
+                        applier, self, outbox, events, now, max_frame)):
+                    await self._handle(events, inbox, len(data), now)
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
-            if not self._drained:
+            if self._input_granted or proto.buffering:
+                self._track_input()
+            if not drained:
                 await trio.lowlevel.checkpoint()  # more bytes are waiting: let others run
 
+    def _note_read(self, hub: ReadHub, now: float) -> None:  # readhub.py rule 1
+        self._sharing = (hub.last_reader != self._hub_key and now - hub.last_read_s
+                         < SHARE_WINDOW_S and not self.proto.pre_auth)
+        hub.last_reader, hub.last_read_s = self._hub_key, now
+
     def read_step(self) -> bool:
-        """One read of the socket, applied and answered now if it can be (inplace.py);
-        what cannot is left in ``_unhandled`` for ``_handle``. True: done, the socket drained,
+        """The read hub's read: one read as ``_socket_reads`` reads; what needs the task is left
+        in ``_unhandled`` (for ``_handle``) and ``_eof``. True: done, the socket drained,
         nothing holds reading back, and it pays to wait in the hub (readhub.py rules 1, 2)."""
         try:
             data = os.read(self._socket_fd, RECEIVE_CHUNK_BYTES)  # type: ignore[arg-type]
@@ -378,11 +403,8 @@ class Connection:
             self._eof = True
             return False
         self._last_read = now = time.perf_counter()
-        proto, hub = self.proto, self._hub
-        if hub is not None:  # readhub.py rule 1: another connection read just before?
-            self._sharing = (hub.last_reader != self._hub_key
-                             and now - hub.last_read_s < SHARE_WINDOW_S and not proto.pre_auth)
-            hub.last_reader, hub.last_read_s = self._hub_key, now
+        proto = self.proto
+        self._note_read(self._hub, now)  # type: ignore[arg-type]  # (the hub runs this)
         if self._on_read is not None:
             self._on_read()
         drained = self._drained = len(data) < RECEIVE_CHUNK_BYTES
