@@ -10,7 +10,10 @@ The answers' side, with the unsent cap and the writer task, is ``outbox.py``.
 On plain TCP the reader reads the socket's fd itself and the answers of a small request are
 written before the reader waits again: one task step per request (see ``_read_socket``). A
 read holding a few requests after auth (the usual read of a client awaiting its answers) is
-applied and answered in one synchronous call (``_answered_now``): no Work, no coroutine.
+applied and answered in one synchronous call (inplace.py): no Work, no coroutine. While
+other connections are reading too, a drained connection waits in the read hub
+(readhub.py), which runs its reads (``read_step``) with theirs after one trio wait, and wakes
+its task for whatever needs it (rules 2, 3, 5 and 6 hold: the task does that part as before).
 
 Rules of a connection (each one lives in this file):
 
@@ -47,20 +50,16 @@ from typing import Any, Callable, cast
 
 import trio
 
-from lamina.engine.errors import InvalidArgument, LaminaError, Unauthorized
-from lamina.wire.protocol import (
-    RejectedRequest,
-    Request,
-    ServerConnection,
-    UnknownRequestId,
-    verify_auth_signature,
-)
+from lamina.wire.protocol import RejectedRequest, Request, ServerConnection, UnknownRequestId
 
 from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
 from .bugs import internal_error
-from .dispatch import Answer, MapAnswer, check_request
+from .dispatch import Answer
+from .inplace import REQUEST_SLICE, answered_now
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
+from .preauth import pre_auth_answer
+from .readhub import SHARE_WINDOW_S, ReadHub
 from .waiters import Waiter
 
 __all__ = ["Connection", "Work"]
@@ -72,10 +71,6 @@ RECEIVE_CHUNK_BYTES = 64 * 1024
 #: The smallest request frame (``[1, "", {}]`` plus its prefix): a bound on how many requests
 #: one read can complete, for sizing the frame channel (rule 3).
 MIN_REQUEST_FRAME_BYTES = 8
-#: Requests of one read handed to the applier at a time (rule 3).
-REQUEST_SLICE = 16
-#: One message for every failed ``auth``: unknown key and wrong signature look the same.
-AUTH_FAILED = "authentication failed"
 
 
 class Connection:
@@ -83,7 +78,7 @@ class Connection:
 
     def __init__(self, applier: Applier, limits: ConnectionLimits, stream: trio.abc.Stream,
                  peer: str, *, budget: MemoryBudget,
-                 on_read: Callable[[], None] | None) -> None:
+                 on_read: Callable[[], None] | None, hub: ReadHub | None = None) -> None:
         """``applier`` applies this connection's requests; ``budget`` is the server's memory
         budget (budget.py); ``on_read`` is called when bytes came (busy polling; None: off)."""
         self.applier = applier
@@ -96,6 +91,13 @@ class Connection:
         self.waiters: set[Waiter] = set()
         self.budget = budget
         self._on_read = on_read
+        self._hub = hub
+        self._drained = False  # the hub's last read_step: the socket is empty (and below)
+        self._eof = False
+        self._unhandled: list[Any] | None = None  # events for _handle, and their bytes
+        self._unhandled_bytes = 0
+        self._sharing = False  # another connection read shortly before the last read
+        self._hub_key = id(self)
         self.outbox = Outbox(
             stream, peer, max_unsent_bytes=4 * limits.max_frame_bytes,
             idle_timeout_s=limits.idle_timeout_s, budget=budget, at_once=limits.answers_at_once,
@@ -325,40 +327,54 @@ class Connection:
 
     async def _socket_reads(self, inbox: trio.MemorySendChannel[Any]) -> None:
         """Read and handle until EOF, a protocol error, a failed auth or shutdown; the caller's
-        scope may cancel the wait for bytes (see ``_read_socket``)."""
+        scope may cancel the wait for bytes (see ``_read_socket``). While reads of others come
+        close to this one's, the read hub (readhub.py) waits and reads (``read_step``)."""
         fd = self._socket_fd
         assert fd is not None
-        proto = self.proto
+        proto, hub, applier, outbox = self.proto, self._hub, self.applier, self.outbox
         read = os.read
         clock = time.perf_counter
         wait_readable = trio.lowlevel.wait_readable
         on_read = self._on_read
         drained = False  # the last read emptied the socket: wait before reading again
-        outbox, max_inflight = self.outbox, self.limits.max_inflight
+        max_inflight, max_frame = self.limits.max_inflight, self.limits.max_frame_bytes
         while not (self._stop_reading or self._closing):
             if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
                     or len(proto.outstanding_ids) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
-            if drained:
-                await wait_readable(fd)
-            try:
-                data = read(fd, RECEIVE_CHUNK_BYTES)
-            except BlockingIOError:
-                drained = True
-                continue
-            except OSError:  # reset by the peer: the same as EOF here
-                data = b""
-            if not data:
-                return
-            self._last_read = now = clock()
-            if on_read is not None:
-                on_read()
-            drained = len(data) < RECEIVE_CHUNK_BYTES
-            events = proto.receive_data(data)
-            if not (events and self._answered_now(events, now)):
-                await self._handle(events, inbox, len(data), now)
+            if drained and self._sharing and hub is not None and hub.open:
+                self._eof = False
+                await hub.wait(fd, self)  # the hub ran read_step until one needed this task
+                if self._eof:
+                    return
+                drained, events = self._drained, self._unhandled
+                if events is not None:
+                    self._unhandled = None
+                    await self._handle(events, inbox, self._unhandled_bytes, self._last_read)
+            else:
+                if drained:
+                    await wait_readable(fd)
+                try:
+                    data = read(fd, RECEIVE_CHUNK_BYTES)
+                except BlockingIOError:
+                    drained = True
+                    continue
+                except OSError:  # reset by the peer: the same as EOF here
+                    data = b""
+                if not data:
+                    return
+                self._last_read = now = clock()
+                if hub is not None:
+                    self._note_read(hub, now)
+                if on_read is not None:
+                    on_read()
+                drained = len(data) < RECEIVE_CHUNK_BYTES
+                events = proto.receive_data(data)
+                if not (events and not proto.pre_auth and answered_now(
+                        applier, self, outbox, events, now, max_frame)):
+                    await self._handle(events, inbox, len(data), now)
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
@@ -366,6 +382,43 @@ class Connection:
                 self._track_input()
             if not drained:
                 await trio.lowlevel.checkpoint()  # more bytes are waiting: let others run
+
+    def _note_read(self, hub: ReadHub, now: float) -> None:  # readhub.py rule 1
+        self._sharing = (hub.last_reader != self._hub_key and now - hub.last_read_s
+                         < SHARE_WINDOW_S and not self.proto.pre_auth)
+        hub.last_reader, hub.last_read_s = self._hub_key, now
+
+    def read_step(self) -> bool:
+        """The read hub's read: one read as ``_socket_reads`` reads; what needs the task is left
+        in ``_unhandled`` (for ``_handle``) and ``_eof``. True: done, the socket drained,
+        nothing holds reading back, and it pays to wait in the hub (readhub.py rules 1, 2)."""
+        try:
+            data = os.read(self._socket_fd, RECEIVE_CHUNK_BYTES)  # type: ignore[arg-type]
+        except BlockingIOError:
+            self._drained = True
+            return True
+        except OSError:  # reset by the peer: the same as EOF here
+            data = b""
+        if not data:
+            self._eof = True
+            return False
+        self._last_read = now = time.perf_counter()
+        proto = self.proto
+        self._note_read(self._hub, now)  # type: ignore[arg-type]  # (the hub runs this)
+        if self._on_read is not None:
+            self._on_read()
+        drained = self._drained = len(data) < RECEIVE_CHUNK_BYTES
+        events = proto.receive_data(data)
+        if events and (proto.pre_auth or not answered_now(
+                self.applier, self, self.outbox, events, now, self.limits.max_frame_bytes)):
+            self._unhandled, self._unhandled_bytes = events, len(data)
+            return False
+        if proto.protocol_error is not None:
+            return False
+        if self._input_granted or proto.buffering:
+            self._track_input()
+        return drained and self._sharing and self._may_read() and not (
+            self._stop_reading or self._closing)
 
     def _log_idle(self) -> None:
         log.info("idle connection closed", extra={"event": "idle_timeout", "peer": self.peer})
@@ -409,43 +462,6 @@ class Connection:
                     or proto.protocol_error is not None:
                 return requests
             events = proto.receive_data(b"")
-
-    def _answered_now(self, events: list[Any], started: float) -> bool:
-        """A read of a few requests after auth, answered now (``Applier.apply_lone_now``, ...):
-        no Work, no task switch. False: not such a read, or the applier busy (nothing reserved)."""
-        if self.proto.pre_auth:
-            return False
-        applier, outbox = self.applier, self.outbox
-        if len(events) == 1:  # the commonest: one request
-            request = events[0]
-            if type(request) is not Request:
-                return False
-            if request.op not in BOUNDED_ANSWER_OPS or not outbox.needs_reservation():
-                return applier.apply_lone_now(self, request, started)  # (rule 3 holds)
-            if not outbox.reserve(  # rule 3, as in _handle
-                    request.id, answer_bound_bytes(request, self.limits.max_frame_bytes)):
-                return False
-            if applier.apply_lone_now(self, request, started):
-                return True
-            outbox.release(request.id)
-            return False
-        if len(events) > REQUEST_SLICE:
-            return False
-        bounded = False
-        for request in events:
-            if type(request) is not Request:
-                return False
-            if request.op in BOUNDED_ANSWER_OPS:
-                bounded = True
-        if not bounded:
-            return applier.apply_requests_now(self, events, started)
-        if not outbox.reserve_all(events, self.limits.max_frame_bytes):
-            return False
-        if applier.apply_requests_now(self, events, started):
-            return True
-        for request in events:
-            outbox.release(request.id)
-        return False
 
     async def _handle(self, events: list[Any], inbox: trio.MemorySendChannel[Any],
                       nbytes: int, started: float) -> None:
@@ -506,35 +522,19 @@ class Connection:
             await applier.enqueue(inbox, work)
 
     def _pre_auth_request(self, request: Request) -> None:
-        """Rule 4. Runs here, not in the applier: it needs the key ring, not the engine."""
-        if request.op != "auth":
-            self.answer(request.id, Unauthorized(
-                f"{request.op}: authenticate first (the first request must be auth)"))
-            return
-        try:
-            check_request("auth", request.args)
-            key_id, signature = request.args["key"], request.args["signature"]
-            if type(key_id) is not str:
-                raise InvalidArgument("key", "must be text")
-            if type(signature) is not bytes:
-                raise InvalidArgument("signature", "must be a byte string")
-        except LaminaError as exc:
-            self.answer(request.id, exc)
-            return
-        key = self.applier.key(key_id)
-        # An unknown key costs the same HMAC as a known one: no timing difference either.
-        secret = key.secret if key is not None else "\x00unknown key"
-        if verify_auth_signature(secret, self.proto.nonce, key_id, signature) \
-                and key is not None:
+        """Rule 4 (preauth.py). Runs here, not in the applier: it needs the key ring, not the
+        engine."""
+        reply = pre_auth_answer(request, self.applier.key, self.proto.nonce)
+        if reply.key_id is not None:
             self.proto.authenticated()
-            self.key_id = key_id
+            self.key_id = reply.key_id
             self._authenticated.set()
-            self.answer(request.id, MapAnswer({"key": key_id}))
-            log.info("authenticated", extra={"event": "auth", "peer": self.peer, "key": key_id})
-            return
-        log.warning("failed auth", extra={"event": "auth_failed", "peer": self.peer})
-        self.answer(request.id, Unauthorized(AUTH_FAILED))
-        self._closing = True
+            log.info("authenticated", extra={"event": "auth", "peer": self.peer,
+                                             "key": reply.key_id})
+        elif reply.failed_auth:
+            log.warning("failed auth", extra={"event": "auth_failed", "peer": self.peer})
+            self._closing = True
+        self.answer(request.id, reply.answer)
 
     # -- answering and writing ----------------------------------------------------------------
 

@@ -12,6 +12,8 @@ Tasks, all owned by :meth:`Server.serve`'s nursery::
     syncer (--fsync): syncs the WAL once for the groups applied meanwhile, then answers
              them (rule 7)
     wait expiry ──> ends waiting receives at their deadlines (waiters.py rule 5)
+    read hub ──> one wait for the plain-TCP connections waiting for bytes, running their
+                 read steps when several are busy (readhub.py)
     busy poll ──> keeps trio polling the sockets for --busy-poll-us once idle, while requests
                   keep coming (busypoll.py: waking a sleeping CPU costs more than a small
                   request)
@@ -87,6 +89,7 @@ from .connection import Connection
 from .keyring import KeyFileError, KeyRing, load_keys
 from .metrics import ServerMetrics
 from .ports import ConnectionLimits, Reader
+from .readhub import ReadHub
 from .waiters import WaitingReceives
 
 __all__ = ["FEATURES", "EngineJob", "Server"]
@@ -139,6 +142,9 @@ class Server:
             auth_timeout_s=config.auth_timeout_s, auth_required=self.auth_required,
             version=self.version, features=FEATURES, answers_at_once=not config.fsync)
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6)
+        #: One wait for the plain-TCP connections waiting for bytes (readhub.py); made when
+        #: the server starts serving.
+        self.read_hub: ReadHub | None = None
         #: Memory of all connections' buffers (budget.py).
         self.budget = MemoryBudget(config.max_buffered)
         self.connections: set[Reader] = set()  # connections and SQS bridges
@@ -210,6 +216,7 @@ class Server:
                 self.metrics_port = self.metrics.serve_http(config.metrics_host,
                                                             config.metrics_port)
             self.applier.open_inbox()
+            self.read_hub = ReadHub()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.applier.run)
                 pool = await nursery.start(self._connection_pool)
@@ -223,6 +230,7 @@ class Server:
                     services.start_soon(self._timer, self.applier.inbox_clone())
                     services.start_soon(self._expire_waits)
                     services.start_soon(self.busy_poll.run)
+                    services.start_soon(self.read_hub.run)
                     if config.metrics_port is not None:
                         services.start_soon(self._refresh_metrics)
                     log.info("listening", extra={
@@ -244,7 +252,7 @@ class Server:
             self.metrics.stop_http()
             if self._owns_engine:
                 self.engine.close()
-            poll = self.busy_poll
+            poll, hub = self.busy_poll, self.read_hub
             log.info("stopped", extra={"event": "stop", "groups": self.applier.groups,
                                         "syncs": self.applier.syncs,
                                         "busy_poll_windows": poll.windows,
@@ -252,7 +260,9 @@ class Server:
                                         "busy_poll_cpu_s": round(poll.cpu_s, 6),
                                         "busy_poll_wasted_cpu_s": round(poll.wasted_cpu_s, 6),
                                         "busy_poll_window_us": round(
-                                            poll.window_now_s * 1e6, 1)})
+                                            poll.window_now_s * 1e6, 1),
+                                        "read_hub_passes": hub.passes if hub else 0,
+                                        "read_hub_steps": hub.steps if hub else 0})
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown (SIGTERM / SIGINT)."""
@@ -321,7 +331,7 @@ class Server:
                     await wrapped.do_handshake()
             connection = Connection(self.applier, self.limits, wrapped, peer,
                                     budget=self.budget, on_read=self.busy_poll.reader_kick()
-                                    if self.busy_poll.window_s else None)
+                                    if self.busy_poll.window_s else None, hub=self.read_hub)
             self.connections.add(connection)
             self.metrics.connections.inc()
             self.metrics.accepted.inc()
