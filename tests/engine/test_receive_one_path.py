@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from lamina.engine import Engine, FakeClock, messaging
 from lamina.engine.results import Delivery
-from lamina.engine.store import COLUMN_FAMILIES, Store
+from lamina.engine.store import COLUMN_FAMILIES
+from tests.engine.batchrows import noting_batch_rows
 from tests.engine.test_lease_deadlines import raw_store
 
 START_MS = 1_700_000_000_000
@@ -37,14 +38,7 @@ def run(path: Path, scenario: list[tuple[str, Any]]) -> tuple[list[Any], dict[st
     batch wrote, every stored row at the end)."""
     clock = FakeClock(START_MS)
     answers: list[Any] = []
-    flush = Store.flush
-
-    def counting_flush(self: Store) -> None:
-        answers.append(("rows", self.batch.len()))
-        flush(self)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Store, "flush", counting_flush)
+    with noting_batch_rows(answers):
         return play(path, clock, scenario, answers)
 
 

@@ -19,7 +19,8 @@ from lamina.engine.core import EngineCore
 from lamina.engine.errors import LaminaError
 from lamina.engine.floors import delayed_floor, tag_floor
 from lamina.engine.state import QueueState
-from lamina.engine.store import COLUMN_FAMILIES, Store
+from lamina.engine.store import COLUMN_FAMILIES
+from tests.engine.batchrows import noting_batch_rows
 from tests.engine.test_lease_deadlines import raw_store
 
 START_MS = 1_700_000_000_000
@@ -71,17 +72,10 @@ def play(path: Path, scenario: list[tuple[str, Any]], redrive: bool
     """Play ``scenario`` -> (the answers, with the rows each batch wrote; every stored row)."""
     clock = FakeClock(START_MS)
     answers: list[Any] = []
-    flush = Store.flush
-
-    def counting_flush(self: Store) -> None:
-        answers.append(("rows", self.batch.len()))
-        flush(self)
-
     held: list[bytes] = []
     done: list[bytes] = []
     tags: list[str | None] = [None]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Store, "flush", counting_flush)
+    with noting_batch_rows(answers):
         with Engine.open(path, clock=clock) as engine:
             for op, arg in scenario:
                 if op == "send":
