@@ -12,7 +12,8 @@ so both see the same machine drift. A round times ``calls`` requests of each kin
 ``time.process_time_ns()``; the best of ``rounds`` rounds is reported, in µs. ``delete1.*``
 is a delete of one message received just before; ``engine.delete1`` deletes of one, in order;
 the ``*_new_ms`` figures put each operation in a millisecond of its own (as W4's requests,
-a round trip apart, are); ``engine.w3_cycle`` is W3's cycle (a long poll's empty receive of
+a round trip apart, are), ``engine.receive_delete1_new_ms`` among them a receive of one and
+its delete (W4's consumer, its lease held alone); ``engine.w3_cycle`` is W3's cycle (a long poll's empty receive of
 up to 16, the send of one that wakes it, the retry that finds it, its delete) on an empty
 queue.
 """
@@ -212,7 +213,8 @@ class _Child:
 
     def _engine_singles(self, calls: int) -> dict[str, float]:
         """The engine alone, one message an operation: deletes of 1 (of messages received
-        one at a time, in order), and sends and deletes of 1 each in a new millisecond."""
+        one at a time, in order), and sends and deletes of 1 each in a new millisecond; and
+        receives of 1 each followed by its delete, in a new millisecond each."""
         clock, engine, figures = time.process_time_ns, self.engine, {}
         for suffix, step_ms in (("", 0), ("_new_ms", 1)):
             self.clock.step_ms = step_ms
@@ -226,6 +228,11 @@ class _Child:
             for receipt in receipts:
                 engine.delete("q", [receipt])
             figures[f"engine.delete1{suffix}"] = (clock() - started) / calls / 1000
+            if step_ms:  # W4's consumer: a receive of 1 and its delete, the lease held alone
+                started = clock()
+                for _ in range(calls):
+                    engine.delete("q", [engine.receive("q", max=1)[0].receipt])
+                figures["engine.receive_delete1_new_ms"] = (clock() - started) / calls / 1000
         self.clock.step_ms = 0
         return figures
 
