@@ -135,6 +135,7 @@ class AdminOps:
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id))
             del self._core._queues[q.id]
             del self._core._queue_names[q.name.lower()]
+            self._core._queue_cache.clear()
             self._core._grants.drop_on(q.name)
             self._core._counters.forget(q.id)
             self._core._topics.forget(q.id)
@@ -195,6 +196,7 @@ class AdminOps:
                 self._check_redrive(q.name, merged["redrive"], caller)
             self._core._advance(q, now)
             q.attributes = merged
+            q.quiet_until_ms = -1  # a shorter retention or a redrive policy: told again
             q.oldest_live_ms = -1 if q.expired_seq >= q.next_seq else q.oldest_live_ms
             store = self._core._store
             store.put(store.meta_h, keys.queue_def_key(q.id), cbor2.dumps(q.definition()))

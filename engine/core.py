@@ -152,6 +152,7 @@ class EngineCore(StoreRecovery):
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
         self._queues: dict[int, QueueState] = {}
         self._queue_names: dict[str, int] = {}
+        self._queue_cache: dict[str, QueueState] = {}  # ``_queue``'s: a name as given -> queue
         self._grants.reset()
         self._topics.reset()
         self._counters.reset()
@@ -224,9 +225,8 @@ class EngineCore(StoreRecovery):
     def _operation(self) -> OperationFrame:
         """Frame of every public operation (``with core._operation() as now``): yields
         ``now``; writes what the operation changed as one atomic batch when it returns (and
-        syncs the WAL with ``fsync``, unless inside a group: the group's owner syncs once for
-        all of them). One frame object serves every operation (it holds no state of its own,
-        so operations may nest)."""
+        syncs the WAL with ``fsync``, unless inside a group: its owner syncs once for all).
+        One frame object serves every operation (it holds no state: operations may nest)."""
         return self._frame
 
     @contextmanager
@@ -322,14 +322,22 @@ class EngineCore(StoreRecovery):
 
     def _queue(self, name: object, field: str = "queue") -> QueueState:
         """The queue named ``name``: a lookup judges no name (only create and copy do), so
-        text that could never name a queue is ``QueueNotFound`` too."""
-        if not isinstance(name, str):
+        text that could never name a queue is ``QueueNotFound`` too. A name found is kept as
+        given (``_queue_cache``, emptied when a queue goes or memory is rebuilt)."""
+        if type(name) is str:
+            q = self._queue_cache.get(name)
+            if q is not None:
+                return q
+        elif not isinstance(name, str):
             raise InvalidArgument(field, "must be a queue name (text)")
         queue_id = self._queue_names.get(name.lower())
         if queue_id is None:
             shown = name if len(name) <= 64 else name[:61] + "..."
             raise QueueNotFound(f"{field}: no queue named {shown!r}", field=field)
-        return self._queues[queue_id]
+        q = self._queues[queue_id]
+        if type(name) is str and len(self._queue_cache) < 4096:  # bounded: case variants
+            self._queue_cache[name] = q
+        return q
 
     @staticmethod
     def _tag(q: QueueState, name: object) -> TagState:
@@ -360,6 +368,8 @@ class EngineCore(StoreRecovery):
 
         What this changes is written at once, as its own batch: the operation then reads it
         (an expired topic head passes its topic on with rows a receive must see)."""
+        if now <= q.quiet_until_ms:  # nothing due: the tests below find nothing to do
+            return
         store = self._store
         pending = store.pending
         attributes = q.attributes
@@ -376,6 +386,9 @@ class EngineCore(StoreRecovery):
                     self._raise_gone(q, expired, expiry=True)
                 self._persist_watermarks(q)
             q.oldest_live_ms = self._oldest_live_ms(q)
+            oldest = q.oldest_live_ms
+        q.quiet_until_ms = (oldest + attributes["retention"] * 1000  # see QueueState
+                            if oldest >= 0 and attributes["redrive"] is None else -1)
         if store.pending > pending:
             self._write_pending()
 

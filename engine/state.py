@@ -339,6 +339,11 @@ class QueueState:
     unsaved_received: dict[int, list[int]] = field(default_factory=dict)
     unsaved_day: int = 0
     oldest_live_ms: int = -1         # production time of seq ``expired_seq`` (cache), -1 none
+    # ``EngineCore._advance`` has nothing to do on this queue up to this time (ms): the
+    # oldest live message is not older than ``retention`` until after it, and there is no
+    # redrive policy. -1: not known (the general tests). Anything that could lower it
+    # (``oldest_live_ms`` set from -1, a new retention or redrive policy) sets it to -1.
+    quiet_until_ms: int = -1
     segments: list[Segment] = field(default_factory=list)  # oldest first; the last one is open
     tags: dict[int, TagState] = field(default_factory=dict)
     tag_names: dict[str, int] = field(default_factory=dict)  # lower-cased name -> tag id

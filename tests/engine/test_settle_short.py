@@ -117,10 +117,9 @@ def play(path: Path, scenario: list[tuple[str, Any]], redrive: bool
     return answers, rows
 
 
-def both_ways(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 0,
-              redrive: bool = False) -> tuple[Any, Any]:
-    """The scenario played from copies of one directory (the same receipt key): as the
-    engine settles, then settling by the floors alone, every time."""
+def two_copies(tmp_path: Path, other: str, rewind_s: int, redrive: bool) -> Path:
+    """A fresh directory with the scenarios' queues, and its copy (the same receipt key)
+    named ``other`` beside it -> the directory."""
     shutil.rmtree(tmp_path, ignore_errors=True)
     base = tmp_path / "base"
     with Engine.open(base, clock=FakeClock(START_MS)) as engine:
@@ -130,7 +129,15 @@ def both_ways(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 0
         engine.create_queue("q", {"retention": 60, "rewind": rewind_s, "visibility_timeout": 1,
                                   "redrive": {"dlq": "dlq", "max_receives": 2} if redrive
                                   else None})
-    shutil.copytree(base, tmp_path / "general")
+    shutil.copytree(base, tmp_path / other)
+    return base
+
+
+def both_ways(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 0,
+              redrive: bool = False) -> tuple[Any, Any]:
+    """The scenario played from copies of one directory (the same receipt key): as the
+    engine settles, then settling by the floors alone, every time."""
+    base = two_copies(tmp_path, "general", rewind_s, redrive)
     short = play(base, scenario, redrive)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(EngineCore, "_settle_queue", settle_by_the_floors)
