@@ -135,7 +135,6 @@ class AdminOps:
             store.delete_range(store.meta_h, *keys.parked_topics_bounds(q.id))
             del self._core._queues[q.id]
             del self._core._queue_names[q.name.lower()]
-            self._core._queue_cache.clear()
             self._core._grants.drop_on(q.name)
             self._core._counters.forget(q.id)
             self._core._topics.forget(q.id)

@@ -152,7 +152,6 @@ class EngineCore(StoreRecovery):
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
         self._queues: dict[int, QueueState] = {}
         self._queue_names: dict[str, int] = {}
-        self._queue_cache: dict[str, QueueState] = {}  # ``_queue``'s: a name as given -> queue
         self._grants.reset()
         self._topics.reset()
         self._counters.reset()
@@ -322,22 +321,14 @@ class EngineCore(StoreRecovery):
 
     def _queue(self, name: object, field: str = "queue") -> QueueState:
         """The queue named ``name``: a lookup judges no name (only create and copy do), so
-        text that could never name a queue is ``QueueNotFound`` too. A name found is kept as
-        given (``_queue_cache``, emptied when a queue goes or memory is rebuilt)."""
-        if type(name) is str:
-            q = self._queue_cache.get(name)
-            if q is not None:
-                return q
-        elif not isinstance(name, str):
+        text that could never name a queue is ``QueueNotFound`` too."""
+        if not isinstance(name, str):
             raise InvalidArgument(field, "must be a queue name (text)")
         queue_id = self._queue_names.get(name.lower())
         if queue_id is None:
             shown = name if len(name) <= 64 else name[:61] + "..."
             raise QueueNotFound(f"{field}: no queue named {shown!r}", field=field)
-        q = self._queues[queue_id]
-        if type(name) is str and len(self._queue_cache) < 4096:  # bounded: case variants
-            self._queue_cache[name] = q
-        return q
+        return self._queues[queue_id]
 
     @staticmethod
     def _tag(q: QueueState, name: object) -> TagState:

@@ -77,7 +77,6 @@ class StoreRecovery:
         _store: Store
         _queues: dict[int, QueueState]
         _queue_names: dict[str, int]
-        _queue_cache: dict[str, QueueState]
         _counters: Counters
         _grants: Grants
         _topics: Topics
@@ -112,7 +111,6 @@ class StoreRecovery:
         ids = meta.get(keys.META_IDS)
         self._next_queue_id, self._next_tag_id = (
             (keys.read_u32(ids), keys.read_u32(ids, 4)) if ids else (1, 1))
-        self._queue_cache.clear()
         for queue_id in queue_ids:
             old = self._queues.pop(queue_id, None)
             if old is not None and self._queue_names.get(old.name.lower()) == queue_id:
