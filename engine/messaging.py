@@ -435,14 +435,6 @@ class MessagingOps:
 
     # -- deadlines ----------------------------------------------------------------------------
 
-    def next_deadline(self) -> int | None:
-        """The earliest time (ms) at which a message may become Active without a request
-        (lease expiry, delay end), or None. A server's timer task sleeps until then."""
-        heap = self._core._deadlines.wake_heap
-        while heap and heap[0][1] not in self._core._queues:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
-
     def process_deadlines(self) -> list[tuple[str, str | None]]:
         """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages
         Active because of it (tag None: every tag of the queue), for waking receives."""
