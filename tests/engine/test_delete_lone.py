@@ -4,7 +4,6 @@ whenever the receipt is not the current one of a lease of its own row (Hypothesi
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,20 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lamina.engine import Engine, FakeClock, messaging
-from tests.engine.test_settle_short import START_MS, play, steps
+from lamina.engine import messaging
+from tests.engine.test_settle_short import play, steps, two_copies
 
 
 def both_paths(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 0
                ) -> tuple[Any, Any, int]:
     """The scenario played from copies of one directory (the same receipt key): with the
     short path, then with the loop alone -> (short's result, the loop's, deletes taken)."""
-    shutil.rmtree(tmp_path, ignore_errors=True)
-    base = tmp_path / "base"
-    with Engine.open(base, clock=FakeClock(START_MS)) as engine:
-        engine.create_queue("dlq")
-        engine.create_queue("q", {"retention": 60, "rewind": rewind_s, "visibility_timeout": 1})
-    shutil.copytree(base, tmp_path / "loop")
+    base = two_copies(tmp_path, "loop", rewind_s, False)
     taken = 0
     short = messaging.delete_lone
 
