@@ -12,7 +12,6 @@ lifetime (server.py) gives it callbacks for its timers and for ``server_info``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import Any, Callable, Sequence
@@ -53,7 +52,6 @@ INBOX_CAPACITY = 1024
 #: Rule 7: checkpoints before a WAL sync: one for trio to poll the sockets, one for the
 #: readers with requests ready to apply them, so that they share the sync.
 SYNC_GATHER_CHECKPOINTS = 2
-_NO_GROUP = contextlib.nullcontext()
 #: Ops answered without an engine call: the engine's next deadline cannot have moved.
 _NO_ENGINE_OPS = frozenset({"ping", "server_info", "auth"})
 
@@ -214,14 +212,15 @@ class GroupApplier:
             return self.apply_lone_now(requester, requests[0], started)
         if not self._applier_idle:
             return False
-        if self.engine.fsync or self.waiting.any_due or self._deadline_passed():
+        if self.waiting.any_due or self._deadline_passed():
             self._commit_group((Work(requester, requests, 0, started),), len(requests))
             return True
         replies: list[Reply] = []  # waits ended by a request, which make it a group
         answers: list[Answer] = []
+        fsync = self.engine.fsync
         for request in requests:
             answer = self._answer_of(requester, request, started, replies)
-            if answer is not None and self.waiting.any_due and not (answers or replies):
+            if answer is not None and self.waiting.any_due and not (answers or replies or fsync):
                 # The first request of the read woke waiters (the answers of requests before
                 # it would go out before theirs; due deadlines run first: a group for both).
                 if not self._deadline_passed():
@@ -232,6 +231,11 @@ class GroupApplier:
             answers.append(answer)
         if self._deadline_passed():
             self._finish_as_group(requester, requests, answers, None, [], started, done=True)
+            return True
+        if fsync:  # the answers wait for the WAL sync (rule 7)
+            self._settle(AppliedGroup((), [Reply(requester, request.id, answer, request.op, started)
+                                           for request, answer in zip(requests, answers)],
+                                      [], None, len(requests), started))
             return True
         self.groups += 1
         metrics = self.metrics
@@ -252,8 +256,7 @@ class GroupApplier:
             return False
         waiting = self.waiting
         deadline = self.deadline_ms  # _deadline_passed, in line (twice a request)
-        if self.engine.fsync or waiting.any_due or (
-                deadline is not None and deadline <= self.clock()):
+        if waiting.any_due or (deadline is not None and deadline <= self.clock()):
             self._commit_group((Work(requester, [request], 0, started),), 1)
             return True
         replies: list[Reply] = []  # waits ended by the request, which make it a group
@@ -267,8 +270,9 @@ class GroupApplier:
                     return True
             self._finish_as_group(requester, [request], [], None, replies, started)
             return True
+        fsync = self.engine.fsync
         if replies or waiting.any_due:
-            if not replies:  # it woke waiters: they are answered first, here (_answer_woken)
+            if not (replies or fsync):  # it woke waiters: answered first, here (_answer_woken)
                 if not self._deadline_passed():
                     answer = self._answer_woken(answer)
             if replies or waiting.any_due:
@@ -278,9 +282,13 @@ class GroupApplier:
         if deadline is not None and deadline <= self.clock():
             self._finish_as_group(requester, [request], [answer], None, [], started, done=True)
             return True
+        op = request.op
+        if fsync:  # the answer waits for the WAL sync (rule 7)
+            self._settle(AppliedGroup((), [Reply(requester, request.id, answer, op, started)], [],
+                                      None, 1, started))
+            return True
         self.groups += 1
         requester.answer(request.id, answer)
-        op = request.op
         if isinstance(answer, LaminaError):
             self.metrics.observe_alone(op, answer.code, time.perf_counter() - started)
         else:
@@ -336,15 +344,18 @@ class GroupApplier:
         inbox = self._inbox
         assert inbox is not None
         try:
-            async with trio.open_nursery() as nursery:
-                if self.engine.fsync:
-                    nursery.start_soon(self._syncer)
-                try:
-                    await self._apply_inbox(inbox)
-                finally:
-                    self._applier_idle = False
-                    self._applying_done = True
-                    self._sync_wake.set()
+            # One engine group for the applier's life: the engine never syncs an operation
+            # by itself; with --fsync the syncer syncs what the groups wrote (rule 7).
+            with self.engine.group():
+                async with trio.open_nursery() as nursery:
+                    if self.engine.fsync:
+                        nursery.start_soon(self._syncer)
+                    try:
+                        await self._apply_inbox(inbox)
+                    finally:
+                        self._applier_idle = False
+                        self._applying_done = True
+                        self._sync_wake.set()
         finally:
             self.done.set()
 
@@ -444,34 +455,30 @@ class GroupApplier:
         engine = self.engine
         waiting = self.waiting
         try:
-            # Without --fsync a group defers nothing (engine.group only spares each operation
-            # its own WAL sync), so its context manager, a tenth of a small request's cost,
-            # is skipped.
-            with engine.group() if engine.fsync else _NO_GROUP:
-                # A chunk of long work is a group of its own (longwork.py rule 2): the groups
-                # of requests around it, or a TICK, apply the deadlines.
-                chunk = not items and bool(self.long_work)
-                if not chunk:
-                    self._group_edge(replies)
-                elif waiting.any_due:
+            # A chunk of long work is a group of its own (longwork.py rule 2): the groups
+            # of requests around it, or a TICK, apply the deadlines.
+            chunk = not items and bool(self.long_work)
+            if not chunk:
+                self._group_edge(replies)
+            elif waiting.any_due:
+                self.receives.serve(replies)
+            for item in items:
+                if type(item) is Work:
+                    self._apply_work(item, replies)
+                elif type(item) is EngineJob:
+                    jobs.append(item)
+                    try:
+                        item.result = item.fn(engine)
+                    except Exception as exc:
+                        item.error = exc
+            if chunk:
+                self.long_work.step(
+                    engine, lambda *reply: replies.append(Reply(*reply)),
+                    lambda work: self._apply_work(work, replies))
+                if waiting.any_due:
                     self.receives.serve(replies)
-                for item in items:
-                    if type(item) is Work:
-                        self._apply_work(item, replies)
-                    elif type(item) is EngineJob:
-                        jobs.append(item)
-                        try:
-                            item.result = item.fn(engine)
-                        except Exception as exc:
-                            item.error = exc
-                if chunk:
-                    self.long_work.step(
-                        engine, lambda *reply: replies.append(Reply(*reply)),
-                        lambda work: self._apply_work(work, replies))
-                    if waiting.any_due:
-                        self.receives.serve(replies)
-                else:
-                    self._group_edge(replies)
+            else:
+                self._group_edge(replies)
         except Exception as exc:
             failure = group_failure(exc)
         return replies, jobs, failure
