@@ -59,6 +59,77 @@ async def test_group_commit_syncs_once_per_group_before_answering(tmp_path: Path
         engine.close()
 
 
+def _frame(request_id: int, op: str, args: dict[str, Any]) -> bytes:
+    import struct
+
+    import cbor2
+    body = cbor2.dumps([request_id, op, args])
+    return struct.pack(">I", len(body)) + body
+
+
+async def test_with_fsync_requests_applied_in_place_wait_for_a_sync_begun_after_them(
+        tmp_path: Path) -> None:
+    # A read of one request, a read of several, and the receive a send wakes: each is
+    # applied by its reader (no inbox) and answered only once a WAL sync that began after
+    # the request was written has ended.
+    engine = Engine.open(tmp_path / "data", fsync=True)
+    syncs: list[tuple[float, float]] = []
+    real_sync = engine.sync_wal
+
+    def slow_sync() -> None:
+        started = time.perf_counter()
+        time.sleep(0.005)
+        real_sync()
+        syncs.append((started, time.perf_counter()))
+
+    def synced_between(started: float, answered: float) -> bool:
+        return any(started <= begun and ended <= answered for begun, ended in syncs)
+
+    engine.sync_wal = slow_sync  # type: ignore[method-assign]
+    try:
+        async with running_server(tmp_path, engine=engine) as server:
+            queued = 0
+            try_enqueue = server.applier.try_enqueue
+
+            def counting(inbox: object, item: object) -> bool:
+                nonlocal queued
+                queued += type(item).__name__ == "Work"
+                return try_enqueue(inbox, item)  # type: ignore[arg-type]
+
+            server.applier.try_enqueue = counting  # type: ignore[method-assign]
+            producer = await RawConnection.open(server.port)
+            consumer = await RawConnection.open(server.port)
+            await producer.call("create_queue", {"queue": "q"})
+            with trio.fail_after(10):
+                started = time.perf_counter()
+                lone = await producer.call("send", {"queue": "q", "messages": ["lone"]})
+                assert lone.error is None and synced_between(started, time.perf_counter())
+
+                started = time.perf_counter()
+                await producer.send_bytes(
+                    _frame(11, "send", {"queue": "q", "messages": ["a"]})
+                    + _frame(12, "send", {"queue": "q", "messages": ["b"]}))
+                for request_id in (11, 12):
+                    answer = await producer.response(request_id)
+                    assert answer.error is None
+                    assert synced_between(started, time.perf_counter())
+
+                received = await consumer.call("receive", {"queue": "q", "max": 10})
+                assert [m[0][1] for m in received.result["messages"]] == ["lone", "a", "b"]
+                waiting = await consumer.send("receive", {"queue": "q", "wait": 5})
+                await trio.sleep(0.05)  # the receive waits
+                started = time.perf_counter()
+                await producer.send("send", {"queue": "q", "messages": ["woke"]})
+                woken = await consumer.response(waiting)
+                assert [m[0][1] for m in woken.result["messages"]] == ["woke"]
+                assert synced_between(started, time.perf_counter())
+            assert queued == 0
+            await producer.aclose()
+            await consumer.aclose()
+    finally:
+        engine.close()
+
+
 @pytest.mark.slow
 async def test_sigterm_answers_what_was_read_and_exits_zero(tmp_path: Path,
                                                             spawned: Any) -> None:
