@@ -206,8 +206,9 @@ class GroupApplier:
                            started: float) -> bool:
         """``apply_now`` of the requests of one read (a client awaiting their answers), one
         group, applied and answered here without a Work or a group's bookkeeping unless more
-        is to do (--fsync, due deadlines, a wait ended, or more than the lone wait begun or
-        the waiters woken that this path answers itself: a group as any)."""
+        is to do (due deadlines, a wait ended, or more than the lone wait begun or the
+        waiters woken that this path answers itself: a group as any; with --fsync any waiters
+        woken). With --fsync the answers are settled for the syncer (rule 7)."""
         if len(requests) == 1:
             return self.apply_lone_now(requester, requests[0], started)
         if not self._applier_idle:

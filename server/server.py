@@ -6,8 +6,9 @@ Tasks, all owned by :meth:`Server.serve`'s nursery::
     timer ──> TICK when the engine's next deadline is due ──────────────────────┤
     metrics refresher ──> EngineJob every metrics_interval_s ───────────────────┤
                                                                                  v
-    applier: drains the inbox, applies everything in one engine.group(), then hands each
-             answer to its connection (rule 6: while it idles, a reader runs that same code
+    applier: drains the inbox, applies each group inside the one engine.group() it holds
+             for its life (the engine never syncs by itself), then hands each answer to its
+             connection (rule 6: while it idles, a reader runs that same code
              for its own Work)
     syncer (--fsync): syncs the WAL once for the groups applied meanwhile, then answers
              them (rule 7)
@@ -52,16 +53,20 @@ Rules:
    idleness at once, so nothing applied in place overtakes an item already queued. The
    requests of one read (``apply_requests_now``: a client awaiting its answers) are that group
    by themselves, applied and answered without a Work or a group's bookkeeping unless more is
-   to do (the syncer, due deadlines, waits ended, waiters woken by any but the first request
-   of the read): then it is a group like any other. The waiters a read's first request wakes
-   without ``--fsync`` are answered there and then, before it (receives.py rule 3).
+   to do (due deadlines, waits ended, waiters woken by any but the first request of the read,
+   or with ``--fsync`` any waiters woken): then it is a group like any other. With
+   ``--fsync`` the answers of such a read are handed to the syncer as one applied group
+   (rule 7). The waiters a read's first request wakes without ``--fsync`` are answered there
+   and then, before it (receives.py rule 3).
 7. Group commit (``--fsync``): applied groups wait for the syncer. When it runs it first lets
    the readers with requests ready apply them (SYNC_GATHER_CHECKPOINTS), then syncs the WAL
    once for all those groups and answers them in the order they were applied. The sync runs
    in the trio thread, blocking the loop for its duration: handing it to a worker thread (it
    releases the GIL) kept the loop free, but on the 2-core machine of bench/RESULTS.md the
    handoff took longer than the sync (p50 0.44 ms to start the thread, 0.14 ms to resume,
-   for a 0.48 ms sync) and cost CPU, with no larger groups. A group that wrote nothing is
+   for a 0.48 ms sync) and cost CPU, with no larger groups; measured again with the reads
+   applied in place, W1 ``--fsync`` went from 56,000-58,000 msg/s to 22,700-30,300 with the
+   sync in a worker thread (Python's switch interval 5 ms, 100 µs or 20 µs). A group that wrote nothing is
    answered at once only when no group waits for a sync (it might show what they wrote).
 """
 
