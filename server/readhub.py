@@ -37,10 +37,14 @@ Rules of the hub (each one lives in this file, ``Connection._socket_reads`` keep
    any socket's, and each step calls the connection's ``on_read`` as its own task's reads do.
 6. When the hub's task ends (shutdown), every registered reader is handed back to its task
    and no reader joins any more (``open``); then the epoll is closed.
+7. The hub never stops the server: should its own epoll calls fail (no step's error: those
+   are the readers', rule 2), the failure is logged, every reader is handed back as in rule
+   6, and the server goes on with each connection waiting on its own socket.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import select
 from typing import Protocol
@@ -49,6 +53,8 @@ import outcome
 import trio
 
 __all__ = ["HubReader", "ReadHub", "SHARE_WINDOW_S"]
+
+log = logging.getLogger("lamina.server")
 
 #: Rule 1: reads of two connections this close together make waiting in the hub pay. W1's
 #: four producers read every 0.1-0.2 ms between them; a wake-up of the hub that finds one
@@ -120,12 +126,14 @@ class ReadHub:
                     if stays or readers.get(fd) is not entry:
                         continue  # (not registered: the step ended its own connection, rule 3)
                     del readers[fd]
+                    reschedule(task, result)  # first: its task goes on whatever follows
                     epoll.unregister(fd)
-                    reschedule(task, result)
+        except Exception:  # rule 7
+            log.exception("the read hub failed; each connection now waits on its own socket",
+                          extra={"event": "read_hub_failed"})
         finally:
             self.open = False
-            for fd, (_, task) in list(readers.items()):
-                del readers[fd]
-                epoll.unregister(fd)
+            epoll.close()  # drops every registration at once (rule 6)
+            for _, task in readers.values():
                 trio.lowlevel.reschedule(task, outcome.Value(None))
-            epoll.close()
+            readers.clear()

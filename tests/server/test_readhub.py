@@ -5,8 +5,10 @@ timeout, shutdown)."""
 
 from __future__ import annotations
 
+import select
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import cbor2
@@ -254,3 +256,46 @@ async def test_a_failure_in_a_read_ends_that_connection_only(tmp_path: Path) -> 
         for _ in range(5):
             await burst([*others, newcomer])
         await until(lambda: len(server.connections) == 3)
+
+
+
+class _FailingEpoll:
+    """An epoll whose polls fail, once told to, as no real one should."""
+
+    def __init__(self) -> None:
+        self.real = select.epoll()
+        self.failing = False
+
+    def poll(self, timeout: float) -> Any:
+        if self.failing:
+            raise OSError("the poll failed")
+        return self.real.poll(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+async def test_a_failure_of_the_hubs_own_poll_hands_every_reader_back_and_the_server_goes_on(
+        tmp_path: Path, caplog: Any, monkeypatch: Any) -> None:
+    from lamina.server import readhub
+    epolls: list[_FailingEpoll] = []
+
+    def epoll() -> _FailingEpoll:
+        epolls.append(_FailingEpoll())
+        return epolls[-1]
+
+    monkeypatch.setattr(readhub, "select", SimpleNamespace(epoll=epoll,
+                                                            EPOLLIN=select.EPOLLIN))
+    async with running_server(tmp_path) as server:
+        connections = await open_idle(server, 4)
+        hub = hub_of(server)
+        epolls[0].failing = True
+        await burst(connections)  # wakes the hub, whose poll now fails
+        await until(lambda: not hub.open)
+        assert hub.registered == 0
+        for _ in range(3):
+            await burst(connections)  # each connection on its own socket now
+        assert any(record.message.startswith("the read hub failed")
+                   for record in caplog.records)
+        for connection in connections:
+            await connection.aclose()
