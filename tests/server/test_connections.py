@@ -11,7 +11,7 @@ import trio
 
 from lamina.client import AsyncClient
 from lamina.wire.protocol import ProtocolViolation, Response
-from tests.support.servers import RawConnection, running_server
+from tests.support.servers import RawConnection, count_queued_work, running_server
 
 
 def frame(item: object) -> bytes:
@@ -375,15 +375,7 @@ async def test_small_requests_skip_the_inbox_with_or_without_fsync(tmp_path: Pat
     # --fsync their answers still wait for a WAL sync (rule 7, test_durability.py).
     for fsync in (False, True):
         async with running_server(tmp_path / str(fsync), fsync=fsync) as server:
-            queued = 0
-            try_enqueue = server.applier.try_enqueue
-
-            def counting(inbox: object, item: object) -> bool:
-                nonlocal queued
-                queued += type(item).__name__ == "Work"
-                return try_enqueue(inbox, item)  # type: ignore[arg-type]
-
-            server.applier.try_enqueue = counting  # type: ignore[method-assign]
+            queued = count_queued_work(server)
             connection = await RawConnection.open(server.port)
             await connection.call("create_queue", {"queue": "q"})
             for n in range(20):
@@ -391,7 +383,7 @@ async def test_small_requests_skip_the_inbox_with_or_without_fsync(tmp_path: Pat
                         ).error is None
             received = await connection.call("receive", {"queue": "q", "max": 100})
             assert [m[0][1] for m in received.result["messages"]] == [str(n) for n in range(20)]
-            assert queued == 0
+            assert queued() == 0
 
 
 async def test_an_item_queued_for_the_applier_is_never_overtaken(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from lamina.engine import Engine
 from lamina.engine.results import Sent
 from lamina.client import AsyncClient, Client, LaminaConnectionError
 from tests.support.servers import (RawConnection, assert_nothing_acknowledged_lost,
-                                   kill_under_load, running_server)
+                                   count_queued_work, kill_under_load, running_server)
 
 
 async def test_group_commit_syncs_once_per_group_before_answering(tmp_path: Path) -> None:
@@ -88,15 +88,7 @@ async def test_with_fsync_requests_applied_in_place_wait_for_a_sync_begun_after_
     engine.sync_wal = slow_sync  # type: ignore[method-assign]
     try:
         async with running_server(tmp_path, engine=engine) as server:
-            queued = 0
-            try_enqueue = server.applier.try_enqueue
-
-            def counting(inbox: object, item: object) -> bool:
-                nonlocal queued
-                queued += type(item).__name__ == "Work"
-                return try_enqueue(inbox, item)  # type: ignore[arg-type]
-
-            server.applier.try_enqueue = counting  # type: ignore[method-assign]
+            queued = count_queued_work(server)
             producer = await RawConnection.open(server.port)
             consumer = await RawConnection.open(server.port)
             await producer.call("create_queue", {"queue": "q"})
@@ -123,7 +115,7 @@ async def test_with_fsync_requests_applied_in_place_wait_for_a_sync_begun_after_
                 woken = await consumer.response(waiting)
                 assert [m[0][1] for m in woken.result["messages"]] == ["woke"]
                 assert synced_between(started, time.perf_counter())
-            assert queued == 0
+            assert queued() == 0
             await producer.aclose()
             await consumer.aclose()
     finally:

@@ -57,6 +57,21 @@ async def running_server(data: Path, *, engine: Engine | None = None,
             server.request_stop()
 
 
+def count_queued_work(server: Server) -> Callable[[], int]:
+    """Count the ``Work`` items readers queue for ``server``'s applier from now on (none while
+    they apply their requests themselves: server.py rule 6); -> how many so far."""
+    queued = 0
+    try_enqueue = server.applier.try_enqueue
+
+    def counting(inbox: Any, item: object) -> bool:
+        nonlocal queued
+        queued += type(item).__name__ == "Work"
+        return try_enqueue(inbox, item)
+
+    server.applier.try_enqueue = counting  # type: ignore[method-assign]
+    return lambda: queued
+
+
 @dataclass
 class ThreadServer:
     server: Server
