@@ -8,6 +8,12 @@ Invariants:
   per group (FACTS.md: a synced write per request holds the GIL and does not scale).
 - Reads go to RocksDB directly, so a reader must see pending writes first: the engine calls
   ``flush`` before any read that iterates a column family.
+- WAL files are recycled (``RECYCLED_WAL_FILES``). RocksDB keeps that only with its default
+  WAL recovery mode (point in time) and no WAL TTL or size limit, and it refuses writes
+  without the WAL then; a recovery over recycled WALs relies on consecutive sequence numbers
+  from one WAL to the next, so nothing here may take sequence numbers outside the WAL
+  (ingested table files, writes with ``disableWAL``). tests/engine/test_wal_recycling.py fails
+  if recycling is off.
 """
 
 from __future__ import annotations
