@@ -8,6 +8,12 @@ Invariants:
   per group (FACTS.md: a synced write per request holds the GIL and does not scale).
 - Reads go to RocksDB directly, so a reader must see pending writes first: the engine calls
   ``flush`` before any read that iterates a column family.
+- WAL files are recycled (``RECYCLED_WAL_FILES``). RocksDB keeps that only with its default
+  WAL recovery mode (point in time) and no WAL TTL or size limit, and it refuses writes
+  without the WAL then; a recovery over recycled WALs relies on consecutive sequence numbers
+  from one WAL to the next, so nothing here may take sequence numbers outside the WAL
+  (ingested table files, writes with ``disableWAL``). tests/engine/test_wal_recycling.py fails
+  if recycling is off.
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ MAX_OPEN_FILES = 512
 #: Files RocksDB opens besides its table cache: WAL, manifest, info log, blob files, the
 #: outputs of running flushes and compactions.
 OTHER_OPEN_FILES = 64
+#: Obsolete WAL files RocksDB keeps to write the next WALs over (WAL recycling): a sync of a
+#: write over a file's existing blocks is about half as costly as of an append to a new file
+#: (no file size or block allocation to commit with it). Enough for the WALs one flush makes
+#: obsolete together (``max_total_wal_size`` below); RocksDB reuses only WALs of the running
+#: instance, so after each open the first WALs are new files.
+RECYCLED_WAL_FILES = 4
 #: Walks one kept lane iterator serves before a new one is made (``Store.lane_scan``): an
 #: iterator pins the files and memtables of its creation, so none is kept for long.
 LANE_SCAN_USES = 1024
@@ -69,7 +81,12 @@ def _db_options(memory: StoreMemory) -> Options:
     options = _options(memory)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
-    options.set_max_total_wal_size(256 << 20)  # rarely written families must not pin old WALs
+    # Rarely written families must not pin old WALs: past this much WAL, the families holding
+    # data of the oldest WAL are flushed and it becomes obsolete. As much as the write buffers:
+    # a recovery replays at most about that, and obsolete WALs come soon enough to be reused.
+    options.set_max_total_wal_size(memory.bounds.write_buffer_bytes)
+    # An obsolete WAL is renamed and written over, not deleted (see RECYCLED_WAL_FILES).
+    options.set_recycle_log_file_num(RECYCLED_WAL_FILES)
     options.set_max_open_files(MAX_OPEN_FILES)
     options.increase_parallelism(2)
     return options

@@ -5,8 +5,12 @@
 as beside a live one. Two RocksDB access modes:
 
 - ``read_only`` (the default): a read-only instance sees the files and WAL as of its open;
-  ``refresh()`` reopens (about 30 ms). Measured robust while a writer appends (hundreds of
-  opens, no error).
+  ``refresh()`` reopens (about 30 ms). An open reads the manifest, then the files it names,
+  while the writer beside may delete a table file or WAL, or reuse a WAL (docs/STORAGE.md
+  "WAL files"), in between: RocksDB then fails the open (a missing file, or a table file
+  "ahead of" a WAL it read half-reused), or, when a WAL it would have replayed went before it
+  listed the WAL files, opens without that WAL's rows. Such an open is tried again
+  (``OPEN_ATTEMPTS``, ``_open_read_only``) and reads the newer state.
 - ``secondary``: a secondary instance in a private temporary directory; ``refresh()`` is
   ``try_catch_up_with_primary``. **RocksDB does not support BlobDB with secondary instances**
   (RocksDB wiki "BlobDB"; facebook/rocksdb#13296, #13371): reading a value stored in a blob
@@ -33,6 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -53,6 +58,12 @@ READ_ONLY, SECONDARY = "read_only", "secondary"
 #: Seqs ``message_rows`` reads per step (memory: that many log values at most).
 ROWS_PER_READ = 16384
 _SECONDARY_PREFIX = "lamina-secondary-"
+#: Read-only opens tried before an error is raised (see the module docstring), and the pause
+#: before each new attempt (times the attempts so far).
+OPEN_ATTEMPTS = 8
+_RETRY_PAUSE_S = 0.005
+#: What RocksDB says when the writer changed the files under an open.
+_FILES_CHANGED = ("No such file or directory", "SST file is ahead of WALs")
 
 
 def _sweep_secondaries() -> None:
@@ -73,6 +84,37 @@ def _sweep_secondaries() -> None:
             shutil.rmtree(entry, ignore_errors=True)
         except OSError:
             pass  # alive (another user's process, or no permission to ask)
+
+
+def _wal_numbers(path: Path) -> set[int]:
+    return {int(entry.stem) for entry in path.glob("*.log") if entry.stem.isdigit()}
+
+
+def _open_read_only(path: Path) -> Store:
+    """A read-only ``Store`` of ``path``, the open tried again while a writer beside changes
+    the files under it: when RocksDB fails it, and when a WAL file there before the open is
+    gone after it (deleted, or reused under a new name) that the manifest it read still
+    needed. RocksDB replays the WAL files it lists after reading the manifest: one that went in
+    between, its rows written to table files after the manifest was read, would be missing
+    from the view without an error."""
+    attempt = 1
+    while True:
+        wals = _wal_numbers(path)
+        try:
+            store = Store(path, read_only=True)
+        except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's status
+            if attempt == OPEN_ATTEMPTS or not any(m in str(exc) for m in _FILES_CHANGED):
+                raise
+        else:
+            needed = store.db.property_int_value("rocksdb.min-log-number-to-keep") or 0
+            if all(number < needed for number in wals - _wal_numbers(path)):
+                return store
+            store.close()
+            if attempt == OPEN_ATTEMPTS:
+                raise SnapshotError(f"{path}: its WAL files changed during each of "
+                                    f"{OPEN_ATTEMPTS} opens; try again")
+        time.sleep(_RETRY_PAUSE_S * attempt)
+        attempt += 1
 
 
 def _scan_options(lower: bytes, upper: bytes) -> ReadOptions:
@@ -117,7 +159,7 @@ class Snapshot:
 
     def _open(self) -> None:
         if self.mode == READ_ONLY:
-            self.store = Store(self._db_path, read_only=True)
+            self.store = _open_read_only(self._db_path)
         else:
             self._refuse_blobs()
             _sweep_secondaries()

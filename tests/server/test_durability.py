@@ -5,7 +5,6 @@ under load losing nothing acknowledged."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,9 @@ import trio
 
 from lamina.engine import Engine
 from lamina.engine.results import Sent
-from lamina.client import AsyncClient, Client, LaminaConnectionError
-from tests.support.servers import (RawConnection, assert_nothing_acknowledged_lost,
-                                   count_queued_work, kill_under_load, running_server)
+from lamina.client import AsyncClient
+from tests.support.servers import (AckedLoad, RawConnection, count_queued_work, kill_under_load,
+                                   running_server)
 
 
 async def test_group_commit_syncs_once_per_group_before_answering(tmp_path: Path) -> None:
@@ -154,45 +153,9 @@ async def test_sigterm_answers_what_was_read_and_exits_zero(tmp_path: Path,
 @pytest.mark.slow
 def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, spawned: Any) -> None:
     process = spawned()
-    port = process.port
-    with Client.connect("127.0.0.1", port) as setup:
-        setup.create_queue("q", {"visibility_timeout": 1})
-    stop = threading.Event()
-    acked_sent: set[str] = set()
-    received: set[str] = set()
-    acked_deleted: set[str] = set()
-    lock = threading.Lock()
-
-    def producer(number: int) -> None:
-        try:
-            with Client.connect("127.0.0.1", port) as client:
-                n = 0
-                while not stop.is_set():
-                    batch = [f"p{number}-{n + i}".encode() for i in range(8)]
-                    n += 8
-                    results = client.send("q", batch)
-                    with lock:
-                        acked_sent.update(r.id for r in results if isinstance(r, Sent))
-        except LaminaConnectionError:
-            pass
-
-    def consumer() -> None:
-        try:
-            with Client.connect("127.0.0.1", port) as client:
-                while not stop.is_set():
-                    deliveries = client.receive("q", max=8, wait=0.2)
-                    with lock:
-                        received.update(d.id for d in deliveries)
-                    if deliveries:
-                        results = client.delete("q", deliveries)
-                        with lock:
-                            acked_deleted.update(d.id for d, r in zip(deliveries, results)
-                                                 if r is None)
-        except LaminaConnectionError:
-            pass
-
-    kill_under_load(process, producer, consumer, stop, load_s=1.5, join_s=10)
-    assert len(acked_sent) > 100 and len(acked_deleted) > 10
+    load = AckedLoad(process.port, "q")
+    kill_under_load(process, load.producer, load.consumer, load.stop, load_s=1.5, join_s=10)
+    assert len(load.acked_sent) > 100 and len(load.acked_deleted) > 10
 
     restarted = spawned(data=tmp_path / "data")
-    assert_nothing_acknowledged_lost(restarted.port, "q", acked_sent, acked_deleted, received)
+    load.assert_nothing_lost(restarted.port)

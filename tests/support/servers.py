@@ -24,9 +24,10 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 import trio
 
-from lamina.client import Client
+from lamina.client import Client, LaminaConnectionError
 from lamina.engine import Engine
 from lamina.engine.errors import LaminaError
+from lamina.engine.results import Sent
 from lamina.server.config import ServerConfig
 from lamina.server.keyring import KeyRing, ServerKey
 from lamina.server.server import Server
@@ -279,14 +280,19 @@ class RawConnection:
 
 def kill_under_load(process: ServerProcess, producer: Callable[[int], None],
                     consumer: Callable[[], None], stop: threading.Event,
-                    load_s: float, join_s: float) -> None:
-    """Two producers (given their number) and two consumers on threads for ``load_s``, then a
-    kill -9 of ``process``; ``stop`` tells the workers to end, each joined within ``join_s``."""
+                    load_s: float, join_s: float,
+                    until: Callable[[], bool] = lambda: True, until_s: float = 0.0) -> None:
+    """Two producers (given their number) and two consumers on threads for ``load_s`` (and
+    then, at most ``until_s`` more, until ``until()``), then a kill -9 of ``process``; ``stop``
+    tells the workers to end, each joined within ``join_s``."""
     workers = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
     workers += [threading.Thread(target=consumer) for _ in range(2)]
     for worker in workers:
         worker.start()
     time.sleep(load_s)
+    deadline = time.monotonic() + until_s
+    while not until() and time.monotonic() < deadline:
+        time.sleep(0.02)
     process.signal(signal.SIGKILL)
     process.wait()
     stop.set()
@@ -315,3 +321,52 @@ def assert_nothing_acknowledged_lost(port: int, queue: str, acked_sent: set[str]
     missing = acked_sent - set(retained) - received
     assert not missing, f"acknowledged sends lost: {sorted(missing)[:5]}"
     assert acked_sent - received <= live
+
+
+class AckedLoad:
+    """Producers and consumers of ``queue`` (for ``kill_under_load``) that record what the
+    server acknowledged: sends, deliveries and deletes. Bodies of ``body_bytes`` at least."""
+
+    def __init__(self, port: int, queue: str, *, body_bytes: int = 0):
+        self.port, self.queue, self.body_bytes = port, queue, body_bytes
+        with Client.connect("127.0.0.1", port) as setup:
+            setup.create_queue(queue, {"visibility_timeout": 1})
+        self.stop = threading.Event()
+        self.acked_sent: set[str] = set()
+        self.received: set[str] = set()
+        self.acked_deleted: set[str] = set()
+        self._lock = threading.Lock()
+
+    def producer(self, number: int) -> None:
+        try:
+            with Client.connect("127.0.0.1", self.port) as client:
+                n = 0
+                while not self.stop.is_set():
+                    batch = [f"p{number}-{n + i}".encode().ljust(self.body_bytes, b".")
+                             for i in range(8)]
+                    n += 8
+                    results = client.send(self.queue, batch)
+                    with self._lock:
+                        self.acked_sent.update(r.id for r in results if isinstance(r, Sent))
+        except LaminaConnectionError:
+            pass
+
+    def consumer(self) -> None:
+        try:
+            with Client.connect("127.0.0.1", self.port) as client:
+                while not self.stop.is_set():
+                    deliveries = client.receive(self.queue, max=8, wait=0.2)
+                    with self._lock:
+                        self.received.update(d.id for d in deliveries)
+                    if deliveries:
+                        results = client.delete(self.queue, deliveries)
+                        with self._lock:
+                            self.acked_deleted.update(
+                                d.id for d, r in zip(deliveries, results) if r is None)
+        except LaminaConnectionError:
+            pass
+
+    def assert_nothing_lost(self, port: int) -> None:
+        """After the kill and a restart on ``port``."""
+        assert_nothing_acknowledged_lost(port, self.queue, self.acked_sent, self.acked_deleted,
+                                         self.received)
