@@ -10,7 +10,9 @@ stub read that returns one request frame a call; the read loop (``Connection._so
 parses, applies and answers each as it does over a socket, writing the answers to
 ``/dev/null``, and never waits in trio (the wait for a readable socket returns at once). The
 kinds: ``ping``; a ``send``, ``receive`` and ``delete`` of 1; a ``send`` of 16 (256-byte
-bodies, on a queue pre-filled with 60,000). ``count`` runs ``sys.settrace`` with opcode events
+bodies, on a queue pre-filled with 60,000); a ``receive`` of 16 and a ``delete`` of the 16
+receipts of one receive (W2's consumer; the receives of the deletes made before the reads, the
+queue topped up beforehand so that every receive finds 16). ``count`` runs ``sys.settrace`` with opcode events
 over 200 reads of each kind and divides: deterministic for a given tree. ``time`` times
 ``--reads`` reads of each kind with ``time.process_time_ns()``.
 """
@@ -36,7 +38,7 @@ BODY_BYTES = 256
 PREFILL = 60_000
 COUNTED_READS = 200
 WARM_READS = 300
-KINDS = ("ping", "send1", "receive1", "delete1", "send16")
+KINDS = ("ping", "send1", "receive1", "delete1", "send16", "receive16", "delete16")
 
 
 class _Reads:
@@ -67,7 +69,14 @@ class _Reads:
             "receive1": lambda: ("receive", {"queue": "q", "max": 1}),
             "delete1": lambda: ("delete", {"queue": "q", "receipts": [
                 self.engine.receive("q", max=1)[0].receipt]}),
+            "receive16": lambda: ("receive", {"queue": "q", "max": 16}),
+            "delete16": lambda: ("delete", {"queue": "q", "receipts": [
+                delivery.receipt for delivery in self.engine.receive("q", max=16)]}),
         }
+        if kind in ("receive16", "delete16"):  # a backlog of 16 for each receive
+            for _ in range(count * 16 // 1000 + 1):
+                self.engine.send("q", [(b"%016d" % i).ljust(BODY_BYTES, b"x")
+                                       for i in range(1000)])
         make = requests[kind]
         frames = [self.client.encode_request(*make())[1] for _ in range(count)]
         frames.reverse()

@@ -66,6 +66,30 @@ def save_lone_lease(store: Store, qid: int, t: TagState, lane: int, seq: int, du
         t.lease_heap.append(seq)
 
 
+def save_batch(store: Store, qid: int, t: TagState, lane: int, batch: LeaseBatch,
+               seqs: list[int], numbers: Sequence[int], due: int, now: int) -> None:
+    """Write the row of ``batch``, first leases made in line of ``seqs`` (ascending, in
+    ``t.leases`` already) with lease ``numbers``, index their deadline and put their seqs on
+    the tag's heaps; a lone lease is written as its plain ``leases`` row instead (and leaves
+    ``batch``): one row either way, and that one costs less to build."""
+    if len(seqs) == 1:
+        t.leases[seqs[0]].batch = None
+        save_lone_lease(store, qid, t, lane, seqs[0], due, now, numbers[0])
+        return
+    key = batch.key = keys.batch_key(qid, t.id, lane, seqs[-1])
+    batch.head = encode_head(due, now, seqs, numbers)
+    batch.states = bytearray(LEASED_STATES * len(seqs))
+    store.batch.put(key, batch.row(), store.leasebatches_h)
+    t.due_index.add_all(due, seqs)
+    store.written.append(key)  # names the queue, should the write fail
+    for heap in (t.row_heap, t.lease_heap):
+        if heap:
+            for seq in seqs:
+                heappush(heap, seq)
+        else:  # ascending seqs are a heap as they are
+            heap.extend(seqs)
+
+
 def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,
                 visibility_ms: int, count: int = 1) -> Delivery | bool | None:
     """A receive of up to ``count``, done as ``Lessor.run`` does it, in the commonest case
@@ -343,31 +367,14 @@ class Lessor:
 
     def _save_batch(self, lane: int, batch: LeaseBatch, seqs: list[int],
                     numbers: list[int] | None, next_number: int) -> None:
-        """Write the row of a batch of first leases made in line (``_never_delivered``), index
-        their deadline and put their seqs on the tag's heaps. Their lease ``numbers``, or
-        when None (no gap among them, the usual case) the numbers up to ``next_number``. A
-        lone lease is written as its plain ``leases`` row (and leaves ``batch``): one row
-        either way, and that one costs less to build."""
-        t, store, due, now = self.t, self.store, self.due_ms, self.now
+        """``save_batch`` of a batch of first leases made in line (``_never_delivered``):
+        their lease ``numbers``, or when None (no gap among them, the usual case) the
+        numbers up to ``next_number``."""
         self.batches += 1
         entries: Sequence[int] = (range(next_number - len(seqs), next_number)
                                   if numbers is None else numbers)
-        if len(seqs) == 1:
-            t.leases[seqs[0]].batch = None
-            save_lone_lease(store, self.q.id, t, lane, seqs[0], due, now, entries[0])
-            return
-        key = batch.key = keys.batch_key(self.q.id, t.id, lane, seqs[-1])
-        batch.head = encode_head(due, now, seqs, entries)
-        batch.states = bytearray(LEASED_STATES * len(seqs))
-        store.batch.put(key, batch.row(), store.leasebatches_h)
-        t.due_index.add_all(due, seqs)
-        store.written.append(key)  # names the queue, should the write fail
-        for heap in (t.row_heap, t.lease_heap):
-            if heap:
-                for seq in seqs:
-                    heappush(heap, seq)
-            else:  # ascending seqs are a heap as they are
-                heap.extend(seqs)
+        save_batch(self.store, self.q.id, self.t, lane, batch, seqs, entries, self.due_ms,
+                   self.now)
 
     def _never_delivered(self) -> None:
         """Lane cursors, highest priority first; delayed records are stepped over.

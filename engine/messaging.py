@@ -27,6 +27,7 @@ from . import keys
 from .core import EngineCore
 from .counters import DELETED
 from .leasebatch import LeaseBatch
+from .leaserun import lease_run
 from .lessor import Lessor, lease_first, nothing_to_deliver
 from .errors import (
     InvalidArgument,
@@ -142,14 +143,20 @@ class MessagingOps:
                 settled = (unpack_claim(first.receipt)[0] <= q.gone_seq
                            and not core._dead_sources.get(q.id))
             else:
-                lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
-                deliveries, rows = lessor.run(), lessor.rows
+                run = lease_run(core, q, t, now, visibility_ms, count, max_bytes)
+                if run is not None:  # a consumer's batch from a backlog, on a short path
+                    deliveries, rows = run
+                    first_in_line = True
+                else:
+                    lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
+                    deliveries, rows = lessor.run(), lessor.rows
+                    first_in_line = lessor.first_in_line
                 if deliveries.__class__ is FirstDeliveries:
                     record_bytes = deliveries.record_bytes()
                 else:
                     record_bytes = sum([len(d.record) for d in deliveries])
                 held = bool(deliveries) and counters.received(
-                    q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
+                    q.id, t.id, len(deliveries), record_bytes, first_in_line)
                 # A message at ``gone_seq`` leased for this tag holds it there (the
                 # tag's floor, which ``_settle_queue`` stops at): a receive that leaves
                 # one so, as a consumer's in-order receive does, cannot raise it.
