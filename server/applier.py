@@ -234,9 +234,9 @@ class GroupApplier:
             self._finish_as_group(requester, requests, answers, None, [], started, done=True)
             return True
         if fsync:  # the answers wait for the WAL sync (rule 7)
-            self._settle(AppliedGroup((), [Reply(requester, request.id, answer, request.op, started)
-                                           for request, answer in zip(requests, answers)],
-                                      [], None, len(requests), started))
+            owed = [Reply(requester, request.id, answer, request.op, started)
+                    for request, answer in zip(requests, answers)]
+            self._settle(AppliedGroup((), owed, [], None, len(requests), started))
             return True
         self.groups += 1
         metrics = self.metrics
