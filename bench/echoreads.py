@@ -4,6 +4,7 @@ sockets (blocking ``recv``), server CPU read from /proc/PID/task/*/schedstat.
 
     python -m lamina.bench.echoreads                        # 1 connection, then 4
     python -m lamina.bench.echoreads --connections 4 --rounds 12 --requests 10000
+    python -m lamina.bench.echoreads --servers bare,task,lamina,redis --connections 1
 
 The servers (each reads with ``os.read`` and answers with ``os.write``, as Lamina's plain-TCP
 connections do):
@@ -14,6 +15,13 @@ connections do):
   registered once; it waits with ``wait_readable`` on the epoll's own fd, then ``poll(0)``,
   and answers every ready connection inline;
 - ``bare``: a plain ``select.epoll`` loop without trio (the floor).
+
+Beside them, for scale, real servers answering their cheapest request (``--servers`` picks
+them too; neither runs by default):
+
+- ``lamina``: a ``lamina serve`` of this tree (a fresh temporary directory, busy polling off, as
+  the echo servers do not poll) answering PROTOCOL.md's ``ping``;
+- ``redis``: a private ``redis-server`` (found on PATH, no persistence) answering ``PING``.
 
 With ``--connections N`` the client sends one request on each connection, then reads the N
 answers (N requests in flight, as W1's producers); ``--think-us`` makes the client spin that
@@ -32,9 +40,15 @@ import sys
 import time
 from typing import Callable
 
+import cbor2
+
 CHUNK_BYTES = 65536
 REQUEST = b"x" * 24
 SERVERS = ("task", "epoll", "bare")
+PEERS = ("lamina", "redis")
+_PING_ITEM = cbor2.dumps([1, "ping", {}])
+LAMINA_PING = len(_PING_ITEM).to_bytes(4, "big") + _PING_ITEM  # id 1 again: each is answered
+REDIS_PING = b"*1\r\n$4\r\nPING\r\n"
 
 
 def _accepted(sock: socket.socket) -> socket.socket:
@@ -135,56 +149,113 @@ def server_cpu_ns(pid: int) -> int:
     return total
 
 
-def _round_trips(conns: list[socket.socket], rounds: int, think_s: float) -> None:
+def _read_exactly(conn: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = conn.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        data += chunk
+    return data
+
+
+def _read_frame(conn: socket.socket) -> None:
+    """One Lamina frame: a 4-byte length, then that many bytes."""
+    _read_exactly(conn, int.from_bytes(_read_exactly(conn, 4), "big"))
+
+
+class _Exchange:
+    """What a round trip sends to one kind of server and how it reads the answer."""
+
+    def __init__(self, request: bytes, read_answer: Callable[[socket.socket], object]) -> None:
+        self.request, self.read_answer = request, read_answer
+
+
+EXCHANGES = {
+    "echo": _Exchange(REQUEST, lambda conn: _read_exactly(conn, len(REQUEST))),
+    "lamina": _Exchange(LAMINA_PING, _read_frame),
+    "redis": _Exchange(REDIS_PING, lambda conn: _read_exactly(conn, len(b"+PONG\r\n"))),
+}
+
+
+def _round_trips(conns: list[socket.socket], rounds: int, think_s: float,
+                 exchange: _Exchange) -> None:
     clock = time.perf_counter
+    request, read_answer = exchange.request, exchange.read_answer
     for _ in range(rounds):
         if think_s:
             until = clock() + think_s
             while clock() < until:
                 pass
         for conn in conns:
-            conn.sendall(REQUEST)
+            conn.sendall(request)
         for conn in conns:
-            got = 0
-            while got < len(REQUEST):
-                got += len(conn.recv(4096))
+            read_answer(conn)
+
+
+class _Started:
+    """A server of ``measure``'s: its pid, its address and how to stop it."""
+
+    def __init__(self, pid: int, port: int, stop: Callable[[], object]) -> None:
+        self.pid, self.port, self.stop = pid, port, stop
+
+
+def _start(name: str) -> _Started:
+    if name == "lamina":
+        from .spawn import SpawnedServer
+
+        lamina = SpawnedServer.start(extra_args=("--busy-poll-us", "0"))
+        return _Started(lamina.pid, lamina.port, lamina.stop)
+    if name == "redis":
+        from .peers.redis import RedisServer
+
+        redis = RedisServer.start(fsync=False)
+        return _Started(redis.pid, redis.port, redis.stop)
+    proc = subprocess.Popen([sys.executable, "-m", "lamina.bench.echoreads", "--serve", name],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+
+    def stop() -> None:
+        proc.kill()
+        proc.wait()
+
+    return _Started(proc.pid, int(proc.stdout.readline()), stop)
 
 
 def measure(servers: list[str], connections: int, rounds: int, requests: int,
             think_us: float) -> dict[str, list[tuple[float, float]]]:
     """(server CPU µs a request, requests a second) a round, for each server."""
-    procs: dict[str, subprocess.Popen[str]] = {}
+    started: dict[str, _Started] = {}
     conns: dict[str, list[socket.socket]] = {}
+    exchanges = {name: EXCHANGES.get(name, EXCHANGES["echo"]) for name in servers}
     try:
         for name in servers:
-            proc = subprocess.Popen([sys.executable, "-m", "lamina.bench.echoreads", "--serve",
-                                     name], stdout=subprocess.PIPE, text=True)
-            procs[name] = proc
-            assert proc.stdout is not None
-            port = int(proc.stdout.readline())
-            conns[name] = [socket.create_connection(("127.0.0.1", port))
+            server = started[name] = _start(name)
+            conns[name] = [socket.create_connection(("127.0.0.1", server.port))
                            for _ in range(connections)]
             for conn in conns[name]:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            _round_trips(conns[name], 500, 0.0)
+                if name == "lamina":
+                    _read_frame(conn)  # the greeting
+            _round_trips(conns[name], 500, 0.0, exchanges[name])
         per_round = max(1, requests // connections)
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
         for round_no in range(rounds):
             for name in servers if round_no % 2 == 0 else servers[::-1]:
-                cpu_ns, start_s = server_cpu_ns(procs[name].pid), time.perf_counter()
-                _round_trips(conns[name], per_round, think_us / 1e6)
+                pid = started[name].pid
+                cpu_ns, start_s = server_cpu_ns(pid), time.perf_counter()
+                _round_trips(conns[name], per_round, think_us / 1e6, exchanges[name])
                 elapsed_s = time.perf_counter() - start_s
                 done = per_round * connections
                 results[name].append(
-                    ((server_cpu_ns(procs[name].pid) - cpu_ns) / 1e3 / done, done / elapsed_s))
+                    ((server_cpu_ns(pid) - cpu_ns) / 1e3 / done, done / elapsed_s))
         return results
     finally:
         for name_conns in conns.values():
             for conn in name_conns:
                 conn.close()
-        for proc in procs.values():
-            proc.kill()
-            proc.wait()
+        for server in started.values():
+            server.stop()
 
 
 def report(results: dict[str, list[tuple[float, float]]], connections: int,
@@ -204,7 +275,8 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
     parser.add_argument("--servers", default=",".join(SERVERS),
-                        help="which servers, comma-separated (default: all three)")
+                        help="which servers, comma-separated: task, epoll, bare, lamina, "
+                        "redis (default: the three echo servers)")
     parser.add_argument("--connections", type=int, action="append",
                         help="connections, each with a request in flight (default: 1, then 4)")
     parser.add_argument("--rounds", type=int, default=12, help="alternated rounds (default 12)")
@@ -221,9 +293,10 @@ def main(argv: list[str] | None = None) -> None:
         SERVE[args.serve](listener)
         return
     servers = [name for name in args.servers.split(",") if name]
-    unknown = [name for name in servers if name not in SERVERS]
+    unknown = [name for name in servers if name not in SERVERS + PEERS]
     if unknown:
-        parser.error(f"--servers: unknown {', '.join(unknown)} (known: {', '.join(SERVERS)})")
+        parser.error(f"--servers: unknown {', '.join(unknown)} "
+                     f"(known: {', '.join(SERVERS + PEERS)})")
     for connections in args.connections or [1, 4]:
         results = measure(servers, connections, args.rounds, args.requests, args.think_us)
         print(report(results, connections, args.think_us), flush=True)
