@@ -5,7 +5,7 @@ reference model side by side and checks that every observable result agrees: sen
 the exact sequence of a receive, per-entry outcomes of delete / change_visibility, and the
 stats of ``get_queue``. The model is written from DESIGN.md §2, not from the engine's code.
 
-Scope (engine issue "core"): one or two queues, the ``default`` tag, no topics, no DLQ, no
+Scope (the core semantics): one or two queues, the ``default`` tag, no topics, no DLQ, no
 rewind; a fake clock; reopening the data directory. Tags, topics, dead-letter queues, rewind and
 peek are the readers machine's (``test_model_readers.py``, model in ``model.py``).
 """
