@@ -128,17 +128,11 @@ class MessagingOps:
             core._advance(q, now)
             counters = core._counters
             deliveries: list[Delivery] | FirstDeliveries
-            run = (lease_run(core, q, t, now, visibility_ms, count, max_bytes)
-                   if count > LANE_WALK_MAX else None)
-            if run is not None:  # a consumer's batch from a backlog, on a short path
+            if count > LANE_WALK_MAX and (run := lease_run(
+                    core, q, t, now, visibility_ms, count, max_bytes)) is not None:
+                # A consumer's batch from a backlog, on a short path.
                 deliveries, rows, leased, record_bytes = run
                 held = leased > 0 and counters.received(q.id, t.id, leased, record_bytes, True)
-                # A message at ``gone_seq`` leased for this tag holds it there (the tag's
-                # floor, which ``_settle_queue`` stops at): a receive that leaves one so, as
-                # a consumer's in-order receive does, cannot raise it.
-                at_gone = t.leases.get(q.gone_seq)
-                settled = (at_gone is not None and at_gone.state == LEASED
-                           and not core._dead_sources.get(q.id))
             else:
                 first = lease_first(core, q, t, now, visibility_ms, count)
                 if first is None:  # not told there: the general tests
@@ -149,11 +143,6 @@ class MessagingOps:
                 if first is not True:  # the commonest receive of one, as the Lessor does it
                     deliveries, rows = [first], 1
                     held = counters.received(q.id, t.id, 1, len(first.record), True)
-                    # Leased at ``gone_seq`` (a queue consumed in order): the tag's floor is
-                    # there, so settling could not raise ``gone_seq``; a DLQ's sources are
-                    # settled all the same.
-                    settled = (unpack_claim(first.receipt)[0] <= q.gone_seq
-                               and not core._dead_sources.get(q.id))
                 else:
                     lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
                     deliveries, rows = lessor.run(), lessor.rows
@@ -163,10 +152,12 @@ class MessagingOps:
                         record_bytes = sum([len(d.record) for d in deliveries])
                     held = bool(deliveries) and counters.received(
                         q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
-                    at_gone = t.leases.get(q.gone_seq)
-                    settled = (at_gone is not None and at_gone.state == LEASED
-                               and not core._dead_sources.get(q.id))
-            if not settled:
+            # A message at ``gone_seq`` leased for this tag holds it there (the tag's floor,
+            # which ``_settle_queue`` stops at): a receive that leaves one so — a consumer's
+            # in-order receive, or any while the oldest lease is held — cannot raise it (a
+            # DLQ's sources are settled all the same).
+            at_gone = t.leases.get(q.gone_seq)
+            if at_gone is None or at_gone.state != LEASED or core._dead_sources.get(q.id):
                 core._settle(q, now)
             if held and core._store.pending == rows:
                 # The batch holds this receive's lease rows alone (and perhaps the tag's row):
