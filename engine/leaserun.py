@@ -13,7 +13,13 @@ due index entries, heap entries, cursor, tag row and ``FirstDeliveries``) withou
   there; otherwise the short path gives up and the ``Lessor`` reads the keys;
 - it leases nothing until the walk is done and proved, so giving up changes nothing. A record
   it does not handle (a topic, a dead letter's mark, out of the tag's scope) makes it give up
-  too; delayed and leased records are passed as the ``Lessor`` passes them.
+  too; delayed and leased records are passed as the ``Lessor`` passes them;
+- the run of plain first deliveries from the cursor (the usual receive: no record passed)
+  takes per record only what its lease needs — the record read and checked, its receipt —:
+  its seqs are a range, the byte budget is summed once after the run (and cuts it where
+  ``Lessor._fits`` would have stopped), and the ``Lease`` objects, the records and the batch
+  are made once the walk is proved. At the first record that is not one, the walk goes on
+  record by record as the ``Lessor``'s does.
 """
 
 from __future__ import annotations
