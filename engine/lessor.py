@@ -48,6 +48,20 @@ def nothing_to_deliver(q: QueueState, t: TagState, now: int) -> bool:
     return True
 
 
+def push_ascending(heap: list[int], seqs: list[int]) -> None:
+    """``heappush(heap, seq)`` for each of ``seqs`` (ascending, distinct), leaving ``heap``
+    laid out exactly as those pushes do. Seqs none of whose parents already in the heap
+    (entries ``(size - 1) // 2`` to ``(size + len(seqs)) // 2 - 1``) is above the first
+    stay where each push puts them, so they are appended as they are: a consumer's next
+    batch, past the ones in flight."""
+    size = len(heap)
+    if not size or max(heap[(size - 1) >> 1:(size + len(seqs)) >> 1]) < seqs[0]:
+        heap.extend(seqs)
+    else:
+        for seq in seqs:
+            heappush(heap, seq)
+
+
 def save_lone_lease(store: Store, qid: int, t: TagState, lane: int, seq: int, due: int,
                     now: int, number: int) -> None:
     """Write a lone first lease made in line as its plain ``leases`` row, index its deadline
@@ -56,14 +70,8 @@ def save_lone_lease(store: Store, qid: int, t: TagState, lane: int, seq: int, du
     store.batch.put(key, Lease.pack(LEASED, lane, due, 1, now, number), store.leases_h)
     store.written.append(key)  # names the queue, should the write fail
     t.due_index.add(due, seq)
-    if t.row_heap:
-        heappush(t.row_heap, seq)
-    else:
-        t.row_heap.append(seq)
-    if t.lease_heap:
-        heappush(t.lease_heap, seq)
-    else:
-        t.lease_heap.append(seq)
+    heappush(t.row_heap, seq)
+    heappush(t.lease_heap, seq)
 
 
 def save_batch(store: Store, qid: int, t: TagState, lane: int, batch: LeaseBatch,
@@ -82,12 +90,8 @@ def save_batch(store: Store, qid: int, t: TagState, lane: int, batch: LeaseBatch
     store.batch.put(key, batch.row(), store.leasebatches_h)
     t.due_index.add_all(due, seqs)
     store.written.append(key)  # names the queue, should the write fail
-    for heap in (t.row_heap, t.lease_heap):
-        if heap:
-            for seq in seqs:
-                heappush(heap, seq)
-        else:  # ascending seqs are a heap as they are
-            heap.extend(seqs)
+    push_ascending(t.row_heap, seqs)
+    push_ascending(t.lease_heap, seqs)
 
 
 def lease_first(engine: EngineCore, q: QueueState, t: TagState, now: int,

@@ -28,7 +28,7 @@ from .core import EngineCore
 from .counters import DELETED
 from .leasebatch import LeaseBatch
 from .leaserun import lease_run
-from .lessor import Lessor, lease_first, nothing_to_deliver
+from .lessor import LANE_WALK_MAX, Lessor, lease_first, nothing_to_deliver
 from .errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -126,44 +126,38 @@ class MessagingOps:
                 visibility_ms = check_seconds(visibility_timeout, "visibility_timeout", 1,
                                               MAX_VISIBILITY_S)
             core._advance(q, now)
-            first = lease_first(core, q, t, now, visibility_ms, count)
-            if first is None:  # not told there: the general tests
-                first = not nothing_to_deliver(q, t, now)
-            if first is False:  # nothing to deliver (a long poll's receive, again)
-                core._settle(q, now)
-                return []
-            deliveries: list[Delivery] | FirstDeliveries
             counters = core._counters
-            if first is not True:  # the commonest receive of one, as the Lessor does it
-                deliveries, rows = [first], 1
-                held = counters.received(q.id, t.id, 1, len(first.record), True)
-                # Leased at ``gone_seq`` (a queue consumed in order): the tag's floor is
-                # there, so settling could not raise ``gone_seq`` (``_settle_queue``
-                # stops at it); a DLQ's sources are settled all the same.
-                settled = (unpack_claim(first.receipt)[0] <= q.gone_seq
-                           and not core._dead_sources.get(q.id))
+            deliveries: list[Delivery] | FirstDeliveries
+            if count > LANE_WALK_MAX and (run := lease_run(
+                    core, q, t, now, visibility_ms, count, max_bytes)) is not None:
+                # A consumer's batch from a backlog, on a short path.
+                deliveries, rows, leased, record_bytes = run
+                held = leased > 0 and counters.received(q.id, t.id, leased, record_bytes, True)
             else:
-                run = lease_run(core, q, t, now, visibility_ms, count, max_bytes)
-                if run is not None:  # a consumer's batch from a backlog, on a short path
-                    deliveries, rows = run
-                    first_in_line = True
+                first = lease_first(core, q, t, now, visibility_ms, count)
+                if first is None:  # not told there: the general tests
+                    first = not nothing_to_deliver(q, t, now)
+                if first is False:  # nothing to deliver (a long poll's receive, again)
+                    core._settle(q, now)
+                    return []
+                if first is not True:  # the commonest receive of one, as the Lessor does it
+                    deliveries, rows = [first], 1
+                    held = counters.received(q.id, t.id, 1, len(first.record), True)
                 else:
                     lessor = Lessor(core, q, t, now, visibility_ms, count, max_bytes)
                     deliveries, rows = lessor.run(), lessor.rows
-                    first_in_line = lessor.first_in_line
-                if deliveries.__class__ is FirstDeliveries:
-                    record_bytes = deliveries.record_bytes()
-                else:
-                    record_bytes = sum([len(d.record) for d in deliveries])
-                held = bool(deliveries) and counters.received(
-                    q.id, t.id, len(deliveries), record_bytes, first_in_line)
-                # A message at ``gone_seq`` leased for this tag holds it there (the
-                # tag's floor, which ``_settle_queue`` stops at): a receive that leaves
-                # one so, as a consumer's in-order receive does, cannot raise it.
-                at_gone = t.leases.get(q.gone_seq)
-                settled = (at_gone is not None and at_gone.state == LEASED
-                           and not core._dead_sources.get(q.id))
-            if not settled:
+                    if deliveries.__class__ is FirstDeliveries:
+                        record_bytes = deliveries.record_bytes()
+                    else:
+                        record_bytes = sum([len(d.record) for d in deliveries])
+                    held = bool(deliveries) and counters.received(
+                        q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
+            # A message at ``gone_seq`` leased for this tag holds it there (the tag's floor,
+            # which ``_settle_queue`` stops at): a receive that leaves one so — a consumer's
+            # in-order receive, or any while the oldest lease is held — cannot raise it (a
+            # DLQ's sources are settled all the same).
+            at_gone = t.leases.get(q.gone_seq)
+            if at_gone is None or at_gone.state != LEASED or core._dead_sources.get(q.id):
                 core._settle(q, now)
             if held and core._store.pending == rows:
                 # The batch holds this receive's lease rows alone (and perhaps the tag's row):

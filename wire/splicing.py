@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Protocol, TypeAlias
 import cbor2
 
 from lamina.engine.errors import LaminaError
+from lamina.engine.receipts import RECEIPT_BYTES
 from lamina.engine.records import cbor_head
 from lamina.engine.results import FirstDeliveries, SentColumns
 
@@ -106,6 +107,15 @@ def encode_receive_response(request_id: int, deliveries: Sequence[Deliverable]) 
         columns: FirstDeliveries = deliveries
         return _columns_receive_frame(request_id, columns.records, columns.receipts, 1,
                                       columns.first_dequeue_time, columns.next_visible_time)
+    if len(deliveries) == 1:  # a receive of one: its frame in one join
+        delivery = deliveries[0]
+        receipt = delivery.receipt
+        body = b"".join((_answer_head(request_id, _MESSAGES_OPENING, 1), _ARRAY_OF_5,
+                         delivery.record, _RECEIPT_HEAD if len(receipt) == RECEIPT_BYTES
+                         else cbor_head(2, len(receipt)), receipt,
+                         _delivery_tail(delivery.dequeue_count, delivery.first_dequeue_time,
+                                        delivery.next_visible_time)))
+        return _FRAME_HEADER.pack(len(body)) + body
     if len(deliveries) >= COLUMNS_FROM:
         frame = _uniform_receive_frame(request_id, deliveries)
         if frame is not None:
@@ -113,7 +123,7 @@ def encode_receive_response(request_id: int, deliveries: Sequence[Deliverable]) 
     parts = [b"", _answer_head(request_id, _MESSAGES_OPENING, len(deliveries))]
     extend = parts.extend
     pack_usual_tail = _USUAL_DELIVERY_TAIL.pack
-    receipt_head_bytes, receipt_head = -1, b""
+    receipt_head_bytes, receipt_head = RECEIPT_BYTES, _RECEIPT_HEAD
     for delivery in deliveries:
         receipt = delivery.receipt
         if len(receipt) != receipt_head_bytes:  # receipts of one queue: one length, usually
@@ -158,7 +168,8 @@ def _columns_receive_frame(request_id: int, records: list[bytes], receipts: list
     count = len(records)
     head = _answer_head(request_id, _MESSAGES_OPENING, count)
     # Per delivery: record, receipt head, receipt, tail + the next delivery's array head.
-    parts = [cbor_head(2, receipt_bytes)] * (4 * count + 1)
+    parts = [_RECEIPT_HEAD if receipt_bytes == RECEIPT_BYTES
+             else cbor_head(2, receipt_bytes)] * (4 * count + 1)
     parts[0] = head + _ARRAY_OF_5
     parts[1::4] = records
     parts[3::4] = receipts
@@ -167,6 +178,10 @@ def _columns_receive_frame(request_id: int, records: list[bytes], receipts: list
     body_length = (len(head) + sum(map(len, records))
                    + count * (len(_ARRAY_OF_5) + len(parts[2]) + receipt_bytes + len(tail)))
     return _FRAME_HEADER.pack(body_length) + b"".join(parts)
+
+
+#: The byte string head of a receipt issued by the engine (every receipt, in practice).
+_RECEIPT_HEAD = cbor_head(2, RECEIPT_BYTES)
 
 
 def _delivery_tail(dequeue_count: int, first_dequeue_time: int, next_visible_time: int) -> bytes:
