@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from heapq import heapify
 from hmac import compare_digest
+from operator import attrgetter
 from typing import Any, Sequence
 
 from . import keys
@@ -48,6 +50,63 @@ from .validation import (
 
 #: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
 _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
+_BATCH_OF = attrgetter("batch")
+_RECEIPT_OF = attrgetter("receipt")
+_BYTES_ONLY = {bytes}
+#: The states of a batch row's entries deleted (a row holds at most 64).
+_DELETED_STATES = bytes((ENDED_DELETED,)) * 64
+
+
+def delete_run(q: QueueState, t: TagState, receipts: Sequence[object],
+               now: int) -> LeaseBatch | None:
+    """A consumer's delete of a receive's batch (``MessagingOps.delete``, on a tag with no
+    topic head and no rewind in effect): when ``receipts`` (more than one) are, in order,
+    the receipts issued here for the current leases of consecutive seqs that one batch row
+    of dense seqs holds, below their lane's cursor, end them as ``_delete_receipts``' loop
+    does in line (the leases out of memory, the due index and the heaps, their entries
+    marked deleted) -> that batch; else change nothing -> None (the loop's case).
+
+    The checks are the loop's, made for the run at once: the first receipt's claim as the
+    loop reads it; then every seq's lease held by the same batch (so LEASED, due when the
+    first is: a changed lease leaves its batch), every receipt of type ``bytes`` and equal
+    (``compare_digest``) to the one issued for its lease — which holds the seq and the lease
+    number, so equality proves the claim."""
+    receipt = receipts[0]
+    if receipt.__class__ is not bytes or len(receipt) != RECEIPT_BYTES:
+        return None
+    seq, number = unpack_claim(receipt)
+    leases = t.leases
+    lease = leases.get(seq)
+    if lease is None or (batch := lease.batch) is None:
+        return None
+    seqs, count = batch.seqs, len(receipts)
+    offset = seq - seqs[0]
+    stop = seq + count
+    if (lease.number != number or lease.due_ms <= now or seq < q.gone_seq
+            or stop > t.cursors[lease.lane] or offset + count > len(seqs)
+            or seqs[-1] - seqs[0] != len(seqs) - 1):  # dense: an entry's index its offset
+        return None
+    run = range(seq, stop)
+    entries = [*map(leases.get, run)]
+    try:
+        if ({*map(type, receipts)} != _BYTES_ONLY or {*map(_BATCH_OF, entries)} != {batch}
+                or False in map(compare_digest, map(_RECEIPT_OF, entries), receipts)):
+            return None
+    except (AttributeError, TypeError):  # a seq without a lease, a receipt None
+        return None
+    [*map(leases.pop, run)]
+    batch.states[offset:offset + count] = _DELETED_STATES[:count]
+    ended = seqs[offset:offset + count]
+    t.due_index.discard_run(lease.due_ms, ended)
+    if not leases:  # every heap entry names a lease gone (as ``_delete_receipts``)
+        t.lease_heap.clear()
+        t.row_heap.clear()
+    else:  # the heaps' first entries, usually (the oldest batch of several in flight)
+        for heap in (t.lease_heap, t.row_heap):
+            if heap[:count] == ended:
+                del heap[:count]
+                heapify(heap)
+    return batch
 
 
 def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object, now: int,
@@ -231,41 +290,42 @@ class MessagingOps:
             receipts = check_batch(receipts, "receipts")
             touched: list[LeaseBatch] = []
             ended: list[tuple[int, bytes, Lease]] = []
-            if (len(receipts) == 1 and not t.heads and not t.rewind_vt
-                    and delete_lone(core._store, q, t, receipts[0], now, ended)):
-                results: list[LaminaError | None] = [None]  # a consumer's delete of one
+            store = core._store
+            plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
+            if len(receipts) == 1:
+                if plain and delete_lone(store, q, t, receipts[0], now, ended):
+                    results: list[LaminaError | None] = [None]  # a consumer's delete of one
+                else:
+                    results = self._delete_receipts(q, t, receipts, now, touched, ended)
+            elif plain and (batch := delete_run(q, t, receipts, now)) is not None:
+                touched.append(batch)  # a consumer's delete of a receive's batch
+                results = [None] * len(receipts)
+                store.pending += len(results)
+                store.written.append(batch.key)  # names the queue, should the write fail
             else:
                 results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
-            unsaved = q.unsaved_deletes
             counters = core._counters
-            moved = None  # held receive figures moved to the watermarks row (counters.py)
-            day = now // DAY_MS
-            if deleted:  # unsaved until we know whether the watermarks row is written
-                if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
-                    counters.save_deletes(q)
-                    core._persist_watermarks(q)
-                q.unsaved_day = day
-                unsaved[t.id] = unsaved.get(t.id, 0) + deleted
-                if counters.unsaved:  # into the watermarks row too, if it is written
-                    moved = counters.hold_in_watermarks(q, t, day)
-            gone = q.gone_seq
-            core._settle(q, now)
-            if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
-                if moved is not None:
-                    counters.unhold(q, t, day, moved)
-                left = unsaved[t.id] - deleted
-                if left:
-                    unsaved[t.id] = left
-                else:
-                    del unsaved[t.id]
-                counters.count(q.id, t.id, DELETED, deleted)
+            at_gone = t.leases.get(q.gone_seq)
+            if (at_gone is not None and at_gone.state == LEASED
+                    and not core._dead_sources.get(q.id)):
+                # A lease of the tag at ``gone_seq``: its floor is there, so settling could
+                # not raise ``gone_seq`` (``_settle_queue`` stops at it) and there is no
+                # watermarks row: the deletes count in the tag's counter row.
+                if deleted:
+                    day = now // DAY_MS
+                    if q.unsaved_deletes and q.unsaved_day != day:  # to the counter rows
+                        counters.save_deletes(q)
+                        core._persist_watermarks(q)
+                    q.unsaved_day = day
+                    counters.count(q.id, t.id, DELETED, deleted)
+            else:
+                self._count_deletes(q, t, deleted, now)
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
             # reclaiming drops both; the watermarks row written with them says so. So the
             # rows of deletes that ``gone_seq`` passed in this very operation are not
             # written again (docs/STORAGE.md "Leases").
-            store = core._store
             batch_put, gone = store.batch.put, q.gone_seq
             if ended:
                 pack, leases_h = Lease.pack, store.leases_h
@@ -279,6 +339,34 @@ class MessagingOps:
                     if batch.seqs[-1] >= gone:
                         batch_put(batch.key, batch.row(), batches_h)
             return results
+
+    def _count_deletes(self, q: QueueState, t: TagState, deleted: int, now: int) -> None:
+        """Settle after ``deleted`` deletes of ``t``, counting them in the watermarks row
+        when it is written (``gone_seq`` rose), else in the tag's counter row."""
+        core = self._core
+        unsaved = q.unsaved_deletes
+        counters = core._counters
+        moved = None  # held receive figures moved to the watermarks row (counters.py)
+        day = now // DAY_MS
+        if deleted:  # unsaved until we know whether the watermarks row is written
+            if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
+                counters.save_deletes(q)
+                core._persist_watermarks(q)
+            q.unsaved_day = day
+            unsaved[t.id] = unsaved.get(t.id, 0) + deleted
+            if counters.unsaved:  # into the watermarks row too, if it is written
+                moved = counters.hold_in_watermarks(q, t, day)
+        gone = q.gone_seq
+        core._settle(q, now)
+        if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
+            if moved is not None:
+                counters.unhold(q, t, day, moved)
+            left = unsaved[t.id] - deleted
+            if left:
+                unsaved[t.id] = left
+            else:
+                del unsaved[t.id]
+            counters.count(q.id, t.id, DELETED, deleted)
 
     def _delete_receipts(self, q: QueueState, t: TagState, receipts: Sequence[object],
                          now: int, touched_out: list[LeaseBatch],
