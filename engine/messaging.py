@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from heapq import heapify
+from heapq import heappop, heappush
 from hmac import compare_digest
-from operator import attrgetter
+from itertools import repeat
 from typing import Any, Sequence
 
 from . import keys
@@ -50,9 +50,6 @@ from .validation import (
 
 #: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
 _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
-_BATCH_OF = attrgetter("batch")
-_RECEIPT_OF = attrgetter("receipt")
-_BYTES_ONLY = {bytes}
 #: The states of a batch row's entries deleted (a row holds at most 64).
 _DELETED_STATES = bytes((ENDED_DELETED,)) * 64
 
@@ -87,12 +84,12 @@ def delete_run(q: QueueState, t: TagState, receipts: Sequence[object],
             or seqs[-1] - seqs[0] != len(seqs) - 1):  # dense: an entry's index its offset
         return None
     run = range(seq, stop)
-    entries = [*map(leases.get, run)]
     try:
-        if ({*map(type, receipts)} != _BYTES_ONLY or {*map(_BATCH_OF, entries)} != {batch}
-                or False in map(compare_digest, map(_RECEIPT_OF, entries), receipts)):
-            return None
-    except (AttributeError, TypeError):  # a seq without a lease, a receipt None
+        for entry, receipt in zip([*map(leases.get, run)], receipts):
+            if (entry.batch is not batch or receipt.__class__ is not bytes
+                    or not compare_digest(entry.receipt, receipt)):
+                return None
+    except (AttributeError, TypeError):  # a seq without a lease, a lease without a receipt
         return None
     [*map(leases.pop, run)]
     batch.states[offset:offset + count] = _DELETED_STATES[:count]
@@ -101,11 +98,18 @@ def delete_run(q: QueueState, t: TagState, receipts: Sequence[object],
     if not leases:  # every heap entry names a lease gone (as ``_delete_receipts``)
         t.lease_heap.clear()
         t.row_heap.clear()
-    else:  # the heaps' first entries, usually (the oldest batch of several in flight)
+    else:  # the oldest batch of several in flight: its entries head the heaps
+        last = stop - 1
         for heap in (t.lease_heap, t.row_heap):
-            if heap[:count] == ended:
-                del heap[:count]
-                heapify(heap)
+            if heap and heap[0] == seq and len(heap) >= count:
+                # The ``count`` least entries, at least ``seq``: those of ``ended`` (each
+                # names a lease gone, which the heaps' readers would pop one by one), or,
+                # should an entry of the run be missing, one past ``last`` put back.
+                popped = [*map(heappop, repeat(heap, count))]
+                if popped[-1] > last:
+                    for entry in popped:
+                        if entry > last:
+                            heappush(heap, entry)
     return batch
 
 
