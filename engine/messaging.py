@@ -27,7 +27,6 @@ from typing import Any, Sequence
 
 from . import keys
 from .core import EngineCore
-from .counters import DELETED
 from .leasebatch import LeaseBatch
 from .leaserun import lease_run
 from .lessor import Lessor, lease_first, nothing_to_deliver
@@ -113,15 +112,16 @@ def delete_run(q: QueueState, t: TagState, receipts: Sequence[object],
     return batch
 
 
-def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object, now: int,
-                ended_out: list[tuple[int, bytes, Lease]]) -> bool:
+def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object,
+                now: int) -> tuple[int, bytes, bytes] | None:
     """A consumer's delete of one message (``MessagingOps.delete``, on a tag with no topic
     head and no rewind in effect): when ``receipt`` is the one issued here for a current
     lease of its own row (``leases``, no batch), end it as ``_delete_receipts``' loop does
-    in line (the lease out of memory and the due index, its row to ``ended_out``) -> True;
-    else change nothing -> False (the loop's case)."""
-    if type(receipt) is not bytes or len(receipt) != RECEIPT_BYTES:
-        return False
+    in line (the lease out of memory and the due index) -> (seq, key, its ``ENDED_DELETED``
+    row) for ``delete`` to write unless settling passes it; else change nothing -> None
+    (the loop's case)."""
+    if receipt.__class__ is not bytes or len(receipt) != RECEIPT_BYTES:
+        return None
     seq, number = unpack_claim(receipt)
     leases = t.leases
     lease = leases.get(seq)
@@ -129,17 +129,16 @@ def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object, now: 
             or lease.state != LEASED or lease.receipt is None
             or not compare_digest(lease.receipt, receipt) or lease.due_ms <= now
             or seq < q.gone_seq or seq >= t.cursors[lease.lane]):
-        return False
+        return None
     del leases[seq]
-    key = keys.lease_key(q.id, t.id, seq)
-    ended_out.append((seq, key, lease))
     t.due_index.discard(lease.due_ms, seq)
     if not leases:  # every heap entry names a lease gone (as ``_delete_receipts``)
         t.lease_heap.clear()
         t.row_heap.clear()
+    key = keys.lease_key(q.id, t.id, seq)
     store.pending += 1
     store.written.append(key)  # names the queue, should the write fail
-    return True
+    return seq, key, Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first_ms, 0)
 
 
 class MessagingOps:
@@ -291,25 +290,28 @@ class MessagingOps:
             q = core._queue(queue)
             t = core._tag(q, tag)
             core._advance(q, now)
-            receipts = check_batch(receipts, "receipts")
-            touched: list[LeaseBatch] = []
-            ended: list[tuple[int, bytes, Lease]] = []
             store = core._store
             plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
-            if len(receipts) == 1:
-                if plain and delete_lone(store, q, t, receipts[0], now, ended):
-                    results: list[LaminaError | None] = [None]  # a consumer's delete of one
+            touched: list[LeaseBatch] = []
+            ended: list[tuple[int, bytes, Lease]] = []
+            if receipts.__class__ is list and len(receipts) == 1:  # as ``check_batch`` has it
+                lone = plain and delete_lone(store, q, t, receipts[0], now)
+                if lone:  # a consumer's delete of one
+                    results: list[LaminaError | None] = [None]
                 else:
                     results = self._delete_receipts(q, t, receipts, now, touched, ended)
-            elif plain and (batch := delete_run(q, t, receipts, now)) is not None:
-                touched.append(batch)  # a consumer's delete of a receive's batch
-                results = [None] * len(receipts)
-                store.pending += len(results)
-                store.written.append(batch.key)  # names the queue, should the write fail
             else:
-                results = self._delete_receipts(q, t, receipts, now, touched, ended)
+                receipts = check_batch(receipts, "receipts")
+                lone = None
+                if len(receipts) > 1 and plain and (
+                        batch := delete_run(q, t, receipts, now)) is not None:
+                    touched.append(batch)  # a consumer's delete of a receive's batch
+                    results = [None] * len(receipts)
+                    store.pending += len(results)
+                    store.written.append(batch.key)  # names the queue, should the write fail
+                else:
+                    results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
-            counters = core._counters
             at_gone = t.leases.get(q.gone_seq)
             if (at_gone is not None and at_gone.state == LEASED
                     and not core._dead_sources.get(q.id)):
@@ -319,12 +321,16 @@ class MessagingOps:
                 if deleted:
                     day = now // DAY_MS
                     if q.unsaved_deletes and q.unsaved_day != day:  # to the counter rows
-                        counters.save_deletes(q)
+                        core._counters.save_deletes(q)
                         core._persist_watermarks(q)
                     q.unsaved_day = day
-                    counters.count(q.id, t.id, DELETED, deleted)
+                    core._counters.count_deleted((q.id, t.id, day), deleted)
             else:
-                self._count_deletes(q, t, deleted, now)
+                self._settle_counting(q, t, deleted, now)
+            if lone:
+                if lone[0] >= q.gone_seq:  # as below
+                    store.batch.put(lone[1], lone[2], store.leases_h)
+                return results
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
             # reclaiming drops both; the watermarks row written with them says so. So the
@@ -344,12 +350,12 @@ class MessagingOps:
                         batch_put(batch.key, batch.row(), batches_h)
             return results
 
-    def _count_deletes(self, q: QueueState, t: TagState, deleted: int, now: int) -> None:
+    def _settle_counting(self, q: QueueState, t: TagState, deleted: int, now: int) -> None:
         """Settle after ``deleted`` deletes of ``t``, counting them in the watermarks row
         when it is written (``gone_seq`` rose), else in the tag's counter row."""
         core = self._core
-        unsaved = q.unsaved_deletes
         counters = core._counters
+        unsaved = q.unsaved_deletes
         moved = None  # held receive figures moved to the watermarks row (counters.py)
         day = now // DAY_MS
         if deleted:  # unsaved until we know whether the watermarks row is written
@@ -370,7 +376,7 @@ class MessagingOps:
                 unsaved[t.id] = left
             else:
                 del unsaved[t.id]
-            counters.count(q.id, t.id, DELETED, deleted)
+            counters.count_deleted((q.id, t.id, day), deleted)
 
     def _delete_receipts(self, q: QueueState, t: TagState, receipts: Sequence[object],
                          now: int, touched_out: list[LeaseBatch],
