@@ -283,9 +283,9 @@ class Counters:
         if self.unsaved and (self.dirty or (pending and pending != self.held_batch)):
             self.save_received()
         self.held_batch = -1
-        dirty = self.dirty
-        if not dirty:
+        if not self.dirty:
             return
+        dirty = self.dirty
         rows, row_keys = self._rows, self._keys
         context = self._context
         store, queues = context._store, context._queues
