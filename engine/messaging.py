@@ -83,8 +83,9 @@ def delete_run(q: QueueState, t: TagState, receipts: Sequence[object],
             or seqs[-1] - seqs[0] != len(seqs) - 1):  # dense: an entry's index its offset
         return None
     run = range(seq, stop)
+    entries: list[Any] = [*map(leases.get, run)]  # a None raises, caught below
     try:
-        for entry, receipt in zip([*map(leases.get, run)], receipts):
+        for entry, receipt in zip(entries, receipts):
             if (entry.batch is not batch or receipt.__class__ is not bytes
                     or not compare_digest(entry.receipt, receipt)):
                 return None
@@ -106,9 +107,9 @@ def delete_run(q: QueueState, t: TagState, receipts: Sequence[object],
                 # should an entry of the run be missing, one past ``last`` put back.
                 popped = [*map(heappop, repeat(heap, count))]
                 if popped[-1] > last:
-                    for entry in popped:
-                        if entry > last:
-                            heappush(heap, entry)
+                    for other in popped:
+                        if other > last:
+                            heappush(heap, other)
     return batch
 
 
