@@ -114,13 +114,13 @@ def delete_run(q: QueueState, t: TagState, receipts: Sequence[object],
 
 
 def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object,
-                now: int) -> tuple[int, bytes, bytes] | None:
+                now: int) -> tuple[int, bytes, Lease] | None:
     """A consumer's delete of one message (``MessagingOps.delete``, on a tag with no topic
     head and no rewind in effect): when ``receipt`` is the one issued here for a current
     lease of its own row (``leases``, no batch), end it as ``_delete_receipts``' loop does
-    in line (the lease out of memory and the due index) -> (seq, key, its ``ENDED_DELETED``
-    row) for ``delete`` to write unless settling passes it; else change nothing -> None
-    (the loop's case)."""
+    in line (the lease out of memory and the due index) -> (seq, row key, lease) for
+    ``delete`` to write its ``ENDED_DELETED`` row unless settling passes it; else change
+    nothing -> None (the loop's case)."""
     if receipt.__class__ is not bytes or len(receipt) != RECEIPT_BYTES:
         return None
     seq, number = unpack_claim(receipt)
@@ -139,7 +139,7 @@ def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object,
     key = keys.lease_key(q.id, t.id, seq)
     store.pending += 1
     store.written.append(key)  # names the queue, should the write fail
-    return seq, key, Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count, lease.first_ms, 0)
+    return seq, key, lease
 
 
 class MessagingOps:
@@ -329,8 +329,10 @@ class MessagingOps:
             else:
                 self._settle_counting(q, t, deleted, now)
             if lone:
-                if lone[0] >= q.gone_seq:  # as below
-                    store.batch.put(lone[1], lone[2], store.leases_h)
+                seq, key, lease = lone
+                if seq >= q.gone_seq:  # as below
+                    store.batch.put(key, Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count,
+                                                    lease.first_ms, 0), store.leases_h)
                 return results
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
