@@ -2,7 +2,7 @@
 it must answer, store and hold in memory exactly what ``_delete_receipts``' loop does, and
 leave it to the loop whenever any receipt is not, in order, the current one of the batch's
 next lease (Hypothesis: batches deleted whole, in part, out of order, repeated, altered,
-not bytes; several consumers' batches in flight; rewinds, redeliveries, a second tag)."""
+not bytes, another tag's; several consumers' batches in flight; rewinds, redeliveries)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ steps = st.one_of(
     st.tuples(st.just("tag"), st.just(None)),
     st.tuples(st.just("rewind"), st.sampled_from([0, 2_000])),
     st.tuples(st.just("visibility"), st.integers(0, 5)),
+    st.tuples(st.just("foreign"), st.just(None)),  # the second tag's batch, on the default
 )
 
 
@@ -81,6 +82,7 @@ def play(path: Path, scenario: list[tuple[str, Any]]) -> tuple[list[Any], dict[s
     answers: list[Any] = []
     batches: list[list[bytes]] = []  # the receipts of each receive not deleted yet
     stale: list[bytes] = []
+    foreign: list[list[bytes]] = []  # the second tag's batches
     tags: list[str | None] = [None]
     with noting_batch_rows(answers):
         with Engine.open(path, clock=clock) as engine:
@@ -92,14 +94,18 @@ def play(path: Path, scenario: list[tuple[str, Any]]) -> tuple[list[Any], dict[s
                         got = engine.receive("q", tag, max=arg)
                         answers.append([(d.record, d.receipt, d.dequeue_count,
                                          d.next_visible_time) for d in got])
-                        if tag is None and got:
-                            batches.append([d.receipt for d in got])
+                        if got:
+                            (batches if tag is None else foreign).append(
+                                [d.receipt for d in got])
                 elif op in ("delete", "delete oldest") and batches:
                     index, shape = arg if op == "delete" else (0, "whole")
                     batch = batches.pop(index % len(batches))
                     answers.append([repr(e) for e in engine.delete(
                         "q", _named(batch, shape, stale))])
                     stale.extend(batch)
+                    answers.append(_memory(engine))
+                elif op == "foreign" and foreign:
+                    answers.append([repr(e) for e in engine.delete("q", foreign.pop())])
                     answers.append(_memory(engine))
                 elif op == "advance":
                     clock.advance(arg)
@@ -162,7 +168,8 @@ def test_receipts_not_a_batchs_in_order_are_left_to_the_loop(tmp_path):
     for shape in SHAPES[2:]:
         scenario += [("delete", (0, shape)), ("receive", 16)]
     scenario += [("visibility", 0), ("delete", (0, "whole")),  # a lease left its batch
-                 ("receive", 5), ("advance", 1_100), ("delete", (0, "whole"))]  # ran out
+                 ("receive", 5), ("advance", 1_100), ("delete", (0, "whole")),  # ran out
+                 ("tag", None), ("receive", 16), ("foreign", None)]  # the other tag's
     fast, loop, taken = both_paths(tmp_path, scenario)
     assert taken == 0
     assert fast == loop
