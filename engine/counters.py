@@ -79,7 +79,9 @@ class Counters:
     def __init__(self, context: CounterContext) -> None:
         self._context = context
         self._rows: dict[tuple[int, int, int], list[int]] = {}  # cached rows
-        self._keys: dict[tuple[int, int, int], bytes] = {}  # their keys, as rows are written
+        # Their keys, as rows are written, each with its tag (None: the queue's row): tags
+        # are made anew only with their ids (``tag_created``) or after ``reset`` (loading).
+        self._keys: dict[tuple[int, int, int], tuple[bytes, TagState | None]] = {}
         self.dirty: set[tuple[int, int, int]] = set()  # rows changed by the operation
         # Receives held back (module docstring): (queue, tag, day) -> [received, bytes out].
         self.unsaved: dict[tuple[int, int, int], list[int]] = {}
@@ -168,6 +170,15 @@ class Counters:
         row[field] += amount
         if field2 >= 0:
             row[field2] += amount2
+        self.dirty.add(row_key)
+
+    def count_deleted(self, row_key: tuple[int, int, int], deleted: int) -> None:
+        """``count(queue, tag, DELETED, deleted, day=day)`` of ``row_key`` (queue, tag,
+        day): a delete's, with its day at hand."""
+        row = self._rows.get(row_key)
+        if row is None:
+            row = self._load(row_key)
+        row[DELETED] += deleted
         self.dirty.add(row_key)
 
     def save_sends(self, q: QueueState) -> None:
@@ -274,24 +285,32 @@ class Counters:
         self.held_batch = -1
         if not self.dirty:
             return
+        dirty = self.dirty
         rows, row_keys = self._rows, self._keys
         context = self._context
         store, queues = context._store, context._queues
-        for row_key in self.dirty:
+        put, meta_h, written = store.batch.put, store.meta_h, store.written
+        for row_key in dirty:
             row = rows.get(row_key)
             if row is not None:
-                key = row_keys.get(row_key)
-                if key is None:
-                    key = row_keys[row_key] = keys.day_key(*row_key)
-                queue, tag, _ = row_key
-                q = queues.get(queue)
-                t = q.tags.get(tag) if q is not None and tag else None
+                known = row_keys.get(row_key)
+                if known is None:
+                    queue, tag, _ = row_key
+                    q = queues.get(queue)
+                    t = q.tags.get(tag) if q is not None and tag else None
+                    key = keys.day_key(*row_key)
+                    if t is not None or not tag:  # (not a tag being deleted: ``forget``)
+                        row_keys[row_key] = key, t
+                else:
+                    key, t = known
                 if t is None:  # the queue's row (or one of a tag being deleted)
-                    store.put(store.meta_h, key, _ROW.pack(*row))
+                    put(key, _ROW.pack(*row), meta_h)
                 else:  # every delivery of the tag so far is counted: its mark
-                    store.put(store.meta_h, key, _MARKED_ROW.pack(*row, t.lease_counter))
-                    self._marked.add((queue, tag))
-        self.dirty.clear()
+                    put(key, _MARKED_ROW.pack(*row, t.lease_counter), meta_h)
+                    self._marked.add(row_key[:2])
+                store.pending += 1  # ``Store.put``, in line
+                written.append(key)
+        dirty.clear()
 
     def forget(self, queue: int, tag: int | None = None) -> None:
         """Drop the rows of a deleted queue (``tag`` None) or tag."""

@@ -22,6 +22,7 @@ read reaches the group (rarely: only for leases that ran out or are read in orde
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Collection, Iterator
 
 from sortedcontainers import SortedList
@@ -80,27 +81,28 @@ class DueIndex:
         self.version += 1
 
     def discard_runs(self, due_seqs: dict[int, list[int]]) -> None:
-        """``discard(due_ms, seq)`` for each seq of ``due_seqs[due_ms]`` (a delete's leases:
-        usually one receive's, sharing their due time)."""
-        buckets = self.buckets
+        """``discard_run`` of each due time's seqs (a delete's leases: usually one
+        receive's, sharing their due time)."""
         for due_ms, seqs in due_seqs.items():
-            bucket = buckets.get(due_ms)
-            if bucket.__class__ is dict:
-                # The usual delete ends every lease of one receive: the whole group goes
-                # (``seqs`` are distinct: a lease ends once).
-                if len(seqs) != len(bucket) or not all(map(bucket.__contains__, seqs)):
-                    pop = bucket.pop
-                    for seq in seqs:
-                        pop(seq, None)
-                    if bucket:
-                        continue
-            elif bucket is None or bucket not in seqs:  # none, or a one-seq group of another
-                continue
-            del buckets[due_ms]
-            if buckets:
-                self.dues.remove(due_ms)
-            else:  # the last group (a consumer's lone lease, usually): cheaper than a remove
-                self.dues.clear()
+            self.discard_run(due_ms, seqs)
+
+    def discard_run(self, due_ms: int, seqs: list[int]) -> None:
+        """``discard(due_ms, seq)`` for each of ``seqs`` (distinct: a lease ends once)."""
+        buckets = self.buckets
+        bucket = buckets.get(due_ms)
+        if bucket.__class__ is dict:
+            # The usual delete ends every lease of one receive: the whole group goes.
+            if len(seqs) != len(bucket) or False in map(bucket.__contains__, seqs):
+                [*map(bucket.pop, seqs, repeat(None, len(seqs)))]
+                if bucket:
+                    return
+        elif bucket is None or bucket not in seqs:  # none, or a one-seq group of another
+            return
+        del buckets[due_ms]
+        if buckets:
+            self.dues.remove(due_ms)
+        else:  # the last group (a consumer's lone lease, usually): cheaper than a remove
+            self.dues.clear()
 
     def discard(self, due_ms: int, seq: int) -> None:
         buckets = self.buckets

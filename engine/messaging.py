@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from . import keys
 from .core import EngineCore
-from .counters import DELETED
+from .deleting import delete_lone, delete_run
 from .leasebatch import LeaseBatch
 from .leaserun import lease_run
 from .lessor import LANE_WALK_MAX, Lessor, lease_first, nothing_to_deliver
@@ -38,7 +38,6 @@ from .errors import (
 from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
 from .results import Delivery, FirstDeliveries, Sent, SentColumns, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
-from .store import Store
 from .validation import (
     MAX_VISIBILITY_S,
     check_batch,
@@ -48,35 +47,6 @@ from .validation import (
 
 #: No batch: what ``_delete_receipts`` compares a lease's batch with before any (never one).
 _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
-
-
-def delete_lone(store: Store, q: QueueState, t: TagState, receipt: object, now: int,
-                ended_out: list[tuple[int, bytes, Lease]]) -> bool:
-    """A consumer's delete of one message (``MessagingOps.delete``, on a tag with no topic
-    head and no rewind in effect): when ``receipt`` is the one issued here for a current
-    lease of its own row (``leases``, no batch), end it as ``_delete_receipts``' loop does
-    in line (the lease out of memory and the due index, its row to ``ended_out``) -> True;
-    else change nothing -> False (the loop's case)."""
-    if type(receipt) is not bytes or len(receipt) != RECEIPT_BYTES:
-        return False
-    seq, number = unpack_claim(receipt)
-    leases = t.leases
-    lease = leases.get(seq)
-    if (lease is None or lease.batch is not None or lease.number != number
-            or lease.state != LEASED or lease.receipt is None
-            or not compare_digest(lease.receipt, receipt) or lease.due_ms <= now
-            or seq < q.gone_seq or seq >= t.cursors[lease.lane]):
-        return False
-    del leases[seq]
-    key = keys.lease_key(q.id, t.id, seq)
-    ended_out.append((seq, key, lease))
-    t.due_index.discard(lease.due_ms, seq)
-    if not leases:  # every heap entry names a lease gone (as ``_delete_receipts``)
-        t.lease_heap.clear()
-        t.row_heap.clear()
-    store.pending += 1
-    store.written.append(key)  # names the queue, should the write fail
-    return True
 
 
 class MessagingOps:
@@ -222,44 +192,54 @@ class MessagingOps:
             q = core._queue(queue)
             t = core._tag(q, tag)
             core._advance(q, now)
-            receipts = check_batch(receipts, "receipts")
+            store = core._store
+            plain = not t.heads and not t.rewind_vt  # no topic head, no rewind in effect
             touched: list[LeaseBatch] = []
             ended: list[tuple[int, bytes, Lease]] = []
-            if (len(receipts) == 1 and not t.heads and not t.rewind_vt
-                    and delete_lone(core._store, q, t, receipts[0], now, ended)):
-                results: list[LaminaError | None] = [None]  # a consumer's delete of one
-            else:
-                results = self._delete_receipts(q, t, receipts, now, touched, ended)
-            deleted = results.count(None)
-            unsaved = q.unsaved_deletes
-            counters = core._counters
-            moved = None  # held receive figures moved to the watermarks row (counters.py)
-            day = now // DAY_MS
-            if deleted:  # unsaved until we know whether the watermarks row is written
-                if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
-                    counters.save_deletes(q)
-                    core._persist_watermarks(q)
-                q.unsaved_day = day
-                unsaved[t.id] = unsaved.get(t.id, 0) + deleted
-                if counters.unsaved:  # into the watermarks row too, if it is written
-                    moved = counters.hold_in_watermarks(q, t, day)
-            gone = q.gone_seq
-            core._settle(q, now)
-            if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
-                if moved is not None:
-                    counters.unhold(q, t, day, moved)
-                left = unsaved[t.id] - deleted
-                if left:
-                    unsaved[t.id] = left
+            if receipts.__class__ is list and len(receipts) == 1:  # as ``check_batch`` has it
+                lone = plain and delete_lone(store, q, t, receipts[0], now)
+                if lone:  # a consumer's delete of one
+                    results: list[LaminaError | None] = [None]
                 else:
-                    del unsaved[t.id]
-                counters.count(q.id, t.id, DELETED, deleted)
+                    results = self._delete_receipts(q, t, receipts, now, touched, ended)
+            else:
+                receipts = check_batch(receipts, "receipts")
+                lone = None
+                if len(receipts) > 1 and plain and (
+                        batch := delete_run(q, t, receipts, now)) is not None:
+                    touched.append(batch)  # a consumer's delete of a receive's batch
+                    results = [None] * len(receipts)
+                    store.pending += len(results)
+                    store.written.append(batch.key)  # names the queue, should the write fail
+                else:
+                    results = self._delete_receipts(q, t, receipts, now, touched, ended)
+            deleted = results.count(None)
+            at_gone = t.leases.get(q.gone_seq)
+            if (at_gone is not None and at_gone.state == LEASED
+                    and not core._dead_sources.get(q.id)):
+                # A lease of the tag at ``gone_seq``: its floor is there, so settling could
+                # not raise ``gone_seq`` (``_settle_queue`` stops at it) and there is no
+                # watermarks row: the deletes count in the tag's counter row.
+                if deleted:
+                    day = now // DAY_MS
+                    if q.unsaved_deletes and q.unsaved_day != day:  # to the counter rows
+                        core._counters.save_deletes(q)
+                        core._persist_watermarks(q)
+                    q.unsaved_day = day
+                    core._counters.count_deleted((q.id, t.id, day), deleted)
+            else:
+                self._settle_counting(q, t, deleted, now)
+            if lone:
+                seq, key, lease = lone
+                if seq >= q.gone_seq:  # as below
+                    store.batch.put(key, Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count,
+                                                    lease.first_ms, 0), store.leases_h)
+                return results
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
             # reclaiming drops both; the watermarks row written with them says so. So the
             # rows of deletes that ``gone_seq`` passed in this very operation are not
             # written again (docs/STORAGE.md "Leases").
-            store = core._store
             batch_put, gone = store.batch.put, q.gone_seq
             if ended:
                 pack, leases_h = Lease.pack, store.leases_h
@@ -273,6 +253,34 @@ class MessagingOps:
                     if batch.seqs[-1] >= gone:
                         batch_put(batch.key, batch.row(), batches_h)
             return results
+
+    def _settle_counting(self, q: QueueState, t: TagState, deleted: int, now: int) -> None:
+        """Settle after ``deleted`` deletes of ``t``, counting them in the watermarks row
+        when it is written (``gone_seq`` rose), else in the tag's counter row."""
+        core = self._core
+        counters = core._counters
+        unsaved = q.unsaved_deletes
+        moved = None  # held receive figures moved to the watermarks row (counters.py)
+        day = now // DAY_MS
+        if deleted:  # unsaved until we know whether the watermarks row is written
+            if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
+                counters.save_deletes(q)
+                core._persist_watermarks(q)
+            q.unsaved_day = day
+            unsaved[t.id] = unsaved.get(t.id, 0) + deleted
+            if counters.unsaved:  # into the watermarks row too, if it is written
+                moved = counters.hold_in_watermarks(q, t, day)
+        gone = q.gone_seq
+        core._settle(q, now)
+        if deleted and q.gone_seq == gone:  # no watermarks row: the tag's counter row
+            if moved is not None:
+                counters.unhold(q, t, day, moved)
+            left = unsaved[t.id] - deleted
+            if left:
+                unsaved[t.id] = left
+            else:
+                del unsaved[t.id]
+            counters.count_deleted((q.id, t.id, day), deleted)
 
     def _delete_receipts(self, q: QueueState, t: TagState, receipts: Sequence[object],
                          now: int, touched_out: list[LeaseBatch],
