@@ -6,6 +6,8 @@ counts (DESIGN.md §3 ``send``; dead-letter copies come the same way, as prepare
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
@@ -16,8 +18,9 @@ from . import keys
 from .counters import BYTES_IN, SENT, Counters
 from .deadlines import Deadlines
 from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
-from .records import (CBOR_NULL, PREFIX, PREFIX_SIZE, RECORD_HEAD, body_md5, cbor_head,
-                      cbor_uint, encode_record, md5_for, message_id, parse_message_id)
+from .records import (CBOR_NULL, ID_LENGTH, PREFIX, PREFIX_SIZE, RECORD_HEAD, SHORT_BODY_BYTES,
+                      body_md5, cbor_head, cbor_uint, encode_record, md5_for, message_id,
+                      parse_message_id, short_md5)
 from .results import Sent, SentColumns
 from .scope import filter_matches
 from .state import DAY_MS, QueueState, Segment, TagState
@@ -43,6 +46,10 @@ _SEND_KEYS = frozenset((1, 2, 3, 4, 5))
 #: less for 6, 7 less for 16).
 PLAIN_RUN_FROM = 4
 _NO_SEQS: frozenset[int] = frozenset()
+#: A plain message's record tail (``_plain_parts``): attributes and topic null, priority 8,
+#: enqueue and visible time (epoch ms, 8-byte CBOR heads), the digest's bytes head.
+_PLAIN_TAIL = struct.Struct(">HBBQBQB")
+MD5_BYTES = 16
 
 
 class _Entry:
@@ -344,10 +351,12 @@ class Appender:
         plain_now, plain_prefix, plain_tail = self._plain
         if plain_now == now:
             return plain_prefix, plain_tail
-        # An epoch time in ms is 2^32 or more: a CBOR head of 9 bytes (cbor_uint's).
-        now_cbor = b"\x1b" + now.to_bytes(8, "big") if now >= 1 << 32 else cbor_uint(now)
         plain_prefix = PREFIX.pack(now, now, 0, DEFAULT_PRIORITY)
-        plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
+        if now >= 1 << 32:  # an epoch time in ms: a CBOR head of 9 bytes (cbor_uint's)
+            plain_tail = _PLAIN_TAIL.pack(0xF6F6, 8, 0x1B, now, 0x1B, now, 0x50)
+        else:
+            now_cbor = cbor_uint(now)
+            plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
         self._plain = (now, plain_prefix, plain_tail)
         return plain_prefix, plain_tail
 
@@ -357,41 +366,39 @@ class Appender:
         record, rows, counts and answer as ``append``'s loop, without its per-batch setup;
         None when the send is not that (``append`` goes on)."""
         raw = messages[0]
-        if type(raw) is not bytes or not 0 < len(raw) <= q.attributes["max_message_size"]:
+        attributes = q.attributes
+        if (type(raw) is not bytes or not 0 < len(raw) <= attributes["max_message_size"]
+                or attributes["delay"] or not q.segments
+                or q.next_seq - q.gone_seq >= attributes["max_messages"]):
             return None
-        segment = self._open_segment_taking(q, 1, now)
-        if segment is None:
-            return None
-        store = self._context._store
+        segment = q.segments[-1]
+        context = self._context
+        if (segment.count >= context.segment_max_messages
+                or segment.size_bytes >= context.segment_max_bytes
+                or now - segment.first_ms >= context.segment_max_age_ms):
+            return None  # ``append`` seals it and opens the next
+        store = context._store
         store.log_appended()
         plain_now, plain_prefix, plain_tail = self._plain
         if plain_now != now:
             plain_prefix, plain_tail = self._plain_parts(now)
-        qid, seq, lane = q.id, q.next_seq, DEFAULT_PRIORITY
+        qid, seq, size = q.id, q.next_seq, len(raw)
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
-        md5 = body_md5(raw)
-        size = len(raw)
+        md5 = (short_md5 if size <= SHORT_BODY_BYTES else hashlib.md5)(raw).digest()
         if size != self._lone_size:  # a producer's bodies are mostly of one size
             self._lone_size, self._lone_head = size, cbor_head(2, size)
         record = b"".join((RECORD_HEAD, msg_id, self._lone_head, raw, plain_tail, md5,
                            CBOR_NULL))
-        store.batch.put(keys.log_key(qid, lane, seq), plain_prefix + record, store.log_h)
+        key = keys.log_key(qid, DEFAULT_PRIORITY, seq)
+        store.batch.put(key, plain_prefix + record, store.log_h)
         store.pending += 1
         q.next_seq = seq + 1
-        tails = q.lane_tail
-        old_tail = tails[lane]
-        if old_tail < 0:
-            q.lanes_used.append(lane)
-            q.lanes_used.sort()
-        tails[lane] = seq
         segment.last_seq = seq
         segment.last_ms = now
         segment.count += 1
         segment.size_bytes += len(record)
         results = SentColumns(now, [msg_id], [md5])
-        first = {lane: seq}
-        self._finish(q, results, messages, first, {lane: old_tail}, first, _NO_SEQS, seq,
-                     segment, q.next_topic_id, 1, size, now)
+        self._finish_plain(q, results, messages, seq, 1, size, segment, now, key)
         return results
 
     def _append_run(self, q: QueueState, messages: list[Any], now: int) -> SentColumns | None:
@@ -400,45 +407,80 @@ class Appender:
         the general path's per-batch setup (its containers for lanes, delays and refusals);
         None when the send is not that (``append`` goes on)."""
         count = len(messages)
-        segment = self._open_segment_taking(q, count, now)
-        if segment is None:
-            return None
-        sizes = self._plain_run(messages, q.attributes["max_message_size"])
-        if sizes is None:
-            return None
-        store = self._context._store
-        store.log_appended()
-        plain_prefix, plain_tail = self._plain_parts(now)
-        lane, first = DEFAULT_PRIORITY, q.next_seq
-        old_tail = q.lane_tail[lane]
-        results, segment, written, bytes_in = self._append_plain(
-            q, messages, sizes, now, segment, plain_prefix, plain_tail)
-        store.pending += written
-        if old_tail < 0:
-            q.lanes_used.append(lane)
-            q.lanes_used.sort()
-        q.lane_tail[lane] = q.next_seq - 1
-        first_of = {lane: first}
-        self._finish(q, results, messages, first_of, {lane: old_tail}, first_of, _NO_SEQS,
-                     first, segment, q.next_topic_id, count, bytes_in, now)
-        return results
-
-    def _open_segment_taking(self, q: QueueState, count: int, now: int) -> Segment | None:
-        """The open segment when a send of ``count`` plain messages can start in it: the
-        queue has no delay and room for them all, and the segment is neither full nor too
-        old; else None (``append``'s general path seals it, opens one or refuses)."""
         attributes = q.attributes
-        segments = q.segments
-        if (attributes["delay"] or not segments
+        if (attributes["delay"] or not q.segments
                 or q.next_seq - q.gone_seq + count > attributes["max_messages"]):
             return None
+        segment = q.segments[-1]
         context = self._context
-        segment = segments[-1]
         if (segment.count >= context.segment_max_messages
                 or segment.size_bytes >= context.segment_max_bytes
                 or now - segment.first_ms >= context.segment_max_age_ms):
             return None
-        return segment
+        sizes = self._plain_run(messages, attributes["max_message_size"])
+        if sizes is None:
+            return None
+        store = context._store
+        store.log_appended()
+        plain_now, plain_prefix, plain_tail = self._plain
+        if plain_now != now:
+            plain_prefix, plain_tail = self._plain_parts(now)
+        first = q.next_seq
+        results, segment, written, bytes_in = self._append_plain(
+            q, messages, sizes, now, segment, plain_prefix, plain_tail)
+        store.pending += written
+        self._finish_plain(q, results, messages, first, count, bytes_in, segment, now,
+                           keys.log_key(q.id, DEFAULT_PRIORITY, first))
+        return results
+
+    def _finish_plain(self, q: QueueState, results: SentColumns, messages: list[Any],
+                      first: int, count: int, bytes_in: int, segment: Segment, now: int,
+                      key: bytes) -> None:
+        """``_finish`` for ``count`` plain messages appended from ``first`` on, all in the
+        default lane and none delayed, by ``_append_lone`` or ``_append_run`` (``key``: a key
+        of the queue written in the batch): the same counts, rows and cursors."""
+        store = self._context._store
+        lane = DEFAULT_PRIORITY
+        tails = q.lane_tail
+        old_tail = tails[lane]
+        if old_tail < 0:
+            q.lanes_used.append(lane)
+            q.lanes_used.sort()
+        tails[lane] = q.next_seq - 1
+        day = now // DAY_MS
+        sends = q.unsaved_sends.get(day)  # the queue's: counters.py
+        if sends is None:
+            q.unsaved_sends[day] = [count, bytes_in]
+        else:
+            sends[0] += count
+            sends[1] += bytes_in
+        if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
+            q.last_time_seq = first
+            if (now - q.indexed_ms >= TIME_EVERY_MS
+                    or first - q.indexed_seq >= TIME_EVERY_MESSAGES):
+                store.put(store.time_h, keys.time_key(q.id, now, first), b"")
+                q.indexed_ms, q.indexed_seq = now, first
+            q.last_time_ms = now
+        if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
+            q.oldest_live_ms = now
+        for t in q.tags.values():
+            cursors = t.cursors
+            if t.filter is not None or t.start_ms > now:  # scoped: as ``_finish`` does
+                self._count_tag_sends(q, t, results, messages, count, bytes_in)
+                if cursors[lane] > old_tail:
+                    cursors[lane] = self._first_in_scope(t, lane, results, messages, now,
+                                                         tails[lane], _NO_SEQS)
+                    store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+            elif cursors[lane] > old_tail:  # exhausted: onto the first new message
+                cursors[lane] = first
+                store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+        if segment.row_lags():
+            store.put(store.segments_h, keys.segment_key(q.id, segment.first_seq),
+                      segment.encode_saved())
+            self._context._counters.save_sends(q)  # the sends up to its last_seq
+        else:  # noted as written all the same: ``_finish``
+            store.written.append(key)
+        self._context._notify(q)
 
     @staticmethod
     def _plain_run(messages: list[Any], max_size: int) -> list[int] | None:
@@ -468,23 +510,30 @@ class Appender:
         lead = plain_prefix + RECORD_HEAD
         key_prefix = keys.log_lane_prefix(qid, DEFAULT_PRIORITY)
         batch_put, log_h = store.batch.put, store.log_h
-        uniform = sizes.count(sizes[0]) == len(sizes)
-        head = cbor_head(2, sizes[0])
-        total = 0
+        size = sizes[0]
+        if size != self._lone_size:  # a producer's bodies are mostly of one size
+            self._lone_size, self._lone_head = size, cbor_head(2, size)
+        head = self._lone_head
+        uniform = sizes.count(size) == len(sizes)
         for raw in messages:
             md5 = md5_of(raw).digest()
             msg_id = id_format % seq
-            value = b"".join((lead, msg_id, head if uniform else cbor_head(2, len(raw)), raw,
-                              plain_tail, md5, CBOR_NULL))
-            batch_put(key_prefix + seq.to_bytes(8, "big"), value, log_h)
-            total += len(value)
+            batch_put(key_prefix + seq.to_bytes(8, "big"),
+                      b"".join((lead, msg_id, head if uniform else cbor_head(2, len(raw)), raw,
+                                plain_tail, md5, CBOR_NULL)), log_h)
             add_id(msg_id)
             add_digest(md5)
             seq += 1
         q.next_seq = end = seq
         written = count = len(messages)
-        total -= count * PREFIX_SIZE  # the records' bytes
-        last_size = len(value) - PREFIX_SIZE
+        bytes_in = sum(sizes)
+        # A record's bytes besides its body and the body's head (``Message``'s fields).
+        fixed = len(RECORD_HEAD) + ID_LENGTH + len(plain_tail) + MD5_BYTES + len(CBOR_NULL)
+        if uniform:
+            total = count * (fixed + len(head)) + bytes_in  # the records' bytes
+        else:
+            total = count * fixed + bytes_in + sum([len(cbor_head(2, size)) for size in sizes])
+        last_size = fixed + len(cbor_head(2, sizes[-1])) + sizes[-1]
         if (segment is not None and segment.count + count <= context.segment_max_messages
                 and segment.size_bytes + total - last_size < context.segment_max_bytes):
             segment.last_seq = end - 1
@@ -492,8 +541,6 @@ class Appender:
             segment.count += count
             segment.size_bytes += total
         else:  # the batch starts a segment or fills one: message by message
-            fixed = (len(lead) - PREFIX_SIZE + len(msg_id) + len(plain_tail) + len(md5)
-                     + len(CBOR_NULL))
             for seq, size in zip(range(first, end), sizes):
                 if (segment is None or segment.count >= context.segment_max_messages
                         or segment.size_bytes >= context.segment_max_bytes):
@@ -504,7 +551,7 @@ class Appender:
                 segment.count += 1
                 segment.size_bytes += fixed + len(cbor_head(2, size)) + size
         assert segment is not None  # a message was appended
-        return SentColumns(now, ids, digests), segment, written, sum(sizes)
+        return SentColumns(now, ids, digests), segment, written, bytes_in
 
     def _open_segment(self, q: QueueState, full: Segment | None, seq: int, now: int) -> int:
         """Start the queue's next segment at ``seq`` (after ``full``, whose row is written
@@ -546,11 +593,9 @@ class Appender:
 
     def _count_sent(self, q: QueueState, results: Iterable[Any], messages: list[Any],
                     sent_count: int, bytes_in: int) -> None:
-        """Daily ``sent`` / ``bytes_in``: once for the queue, and per filtered tag for the
-        messages the tag receives (decoding the attributes of each); a tag without a filter
-        counts only what it does not receive, the sends before its start (counters.py)."""
-        counters, now = self._context._counters, self._context._now
-        accepted: list[tuple[Any, Any]] | None = None
+        """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag as
+        ``_count_tag_sends`` says."""
+        now = self._context._now
         sends = q.unsaved_sends.get(now // DAY_MS)  # the queue's: counters.py
         if sends is None:
             q.unsaved_sends[now // DAY_MS] = [sent_count, bytes_in]
@@ -558,21 +603,29 @@ class Appender:
             sends[0] += sent_count
             sends[1] += bytes_in
         for t in q.tags.values():
-            if t.filter is None:
-                if t.start_ms > now:
-                    counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
+            if t.filter is not None or t.start_ms > now:
+                self._count_tag_sends(q, t, results, messages, sent_count, bytes_in)
+
+    def _count_tag_sends(self, q: QueueState, t: TagState, results: Iterable[Any],
+                         messages: list[Any], sent_count: int, bytes_in: int) -> None:
+        """A tag's daily ``sent`` / ``bytes_in``: a filtered tag counts the messages it
+        receives (decoding the attributes of each); a tag without a filter counts only what
+        it does not receive, the sends before its start (counters.py)."""
+        counters, now = self._context._counters, self._context._now
+        if t.filter is None:
+            if t.start_ms > now:
+                counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
+            return
+        count = size = 0
+        for raw, sent in zip(messages, results):
+            if type(sent) is not Sent:
                 continue
-            if accepted is None:
-                accepted = [(raw, sent) for raw, sent in zip(messages, results)
-                            if type(sent) is Sent]
-            count = size = 0
-            for raw, sent in accepted:
-                attributes, body_size, _ = self._sent_attributes(raw)
-                if t.start_ms <= now and filter_matches(t.filter, attributes):
-                    count += 1
-                    size += body_size
-            if count:
-                counters.count(q.id, t.id, SENT, count, BYTES_IN, size)
+            attributes, body_size, _ = self._sent_attributes(raw)
+            if t.start_ms <= now and filter_matches(t.filter, attributes):
+                count += 1
+                size += body_size
+        if count:
+            counters.count(q.id, t.id, SENT, count, BYTES_IN, size)
 
     def _index_delay(self, q: QueueState, seq: int, lane: int, visible: int) -> None:
         """Enter a delayed message in the queue-level delay indexes (two rows, no pending
