@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
@@ -139,6 +139,8 @@ class AppendContext(Protocol):
     segment_max_messages: int
     segment_max_bytes: int
     segment_max_age_ms: int
+
+    on_activity: Callable[[str], None] | None
 
     def _persist_watermarks(self, q: QueueState) -> None: ...
 
@@ -480,7 +482,9 @@ class Appender:
             self._context._counters.save_sends(q)  # the sends up to its last_seq
         else:  # noted as written all the same: ``_finish``
             store.written.append(key)
-        self._context._notify(q)
+        on_activity = self._context.on_activity  # ``_notify``, in line
+        if on_activity is not None:
+            on_activity(q.name)
 
     @staticmethod
     def _plain_run(messages: list[Any], max_size: int) -> list[int] | None:
