@@ -348,11 +348,8 @@ class Appender:
         context._notify(q)
 
     def _plain_parts(self, now: int) -> tuple[bytes, bytes]:
-        """-> (log prefix, record tail) of a plain message sent at ``now``, kept for the
-        sends of the same millisecond."""
-        plain_now, plain_prefix, plain_tail = self._plain
-        if plain_now == now:
-            return plain_prefix, plain_tail
+        """-> (log prefix, record tail) of a plain message sent at ``now``, kept in
+        ``_plain`` for the sends of the same millisecond (which find them there)."""
         plain_prefix = PREFIX.pack(now, now, 0, DEFAULT_PRIORITY)
         if now >= 1 << 32:  # an epoch time in ms: a CBOR head of 9 bytes (cbor_uint's)
             plain_tail = _PLAIN_TAIL.pack(0xF6F6, 8, 0x1B, now, 0x1B, now, 0x50)
@@ -368,10 +365,11 @@ class Appender:
         record, rows, counts and answer as ``append``'s loop, without its per-batch setup;
         None when the send is not that (``append`` goes on)."""
         raw = messages[0]
-        attributes = q.attributes
-        if (type(raw) is not bytes or not 0 < len(raw) <= attributes["max_message_size"]
-                or attributes["delay"] or not q.segments
-                or q.next_seq - q.gone_seq >= attributes["max_messages"]):
+        if type(raw) is not bytes:
+            return None
+        size, attributes = len(raw), q.attributes
+        if (not 0 < size <= attributes["max_message_size"] or attributes["delay"]
+                or not q.segments or q.next_seq - q.gone_seq >= attributes["max_messages"]):
             return None
         segment = q.segments[-1]
         context = self._context
@@ -384,7 +382,7 @@ class Appender:
         plain_now, plain_prefix, plain_tail = self._plain
         if plain_now != now:
             plain_prefix, plain_tail = self._plain_parts(now)
-        qid, seq, size = q.id, q.next_seq, len(raw)
+        qid, seq = q.id, q.next_seq
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
         md5 = (short_md5 if size <= SHORT_BODY_BYTES else hashlib.md5)(raw).digest()
         if size != self._lone_size:  # a producer's bodies are mostly of one size
@@ -505,7 +503,9 @@ class Appender:
         context = self._context
         store = context._store
         qid = q.id
-        seq = first = q.next_seq
+        first = q.next_seq
+        written = count = len(messages)
+        q.next_seq = end = first + count
         ids: list[bytes] = []
         digests: list[bytes] = []
         add_id, add_digest = ids.append, digests.append
@@ -518,8 +518,8 @@ class Appender:
         if size != self._lone_size:  # a producer's bodies are mostly of one size
             self._lone_size, self._lone_head = size, cbor_head(2, size)
         head = self._lone_head
-        uniform = sizes.count(size) == len(sizes)
-        for raw in messages:
+        uniform = sizes.count(size) == count
+        for seq, raw in zip(range(first, end), messages):
             md5 = md5_of(raw).digest()
             msg_id = id_format % seq
             batch_put(key_prefix + seq.to_bytes(8, "big"),
@@ -527,9 +527,6 @@ class Appender:
                                 plain_tail, md5, CBOR_NULL)), log_h)
             add_id(msg_id)
             add_digest(md5)
-            seq += 1
-        q.next_seq = end = seq
-        written = count = len(messages)
         bytes_in = sum(sizes)
         # A record's bytes besides its body and the body's head (``Message``'s fields).
         fixed = len(RECORD_HEAD) + ID_LENGTH + len(plain_tail) + MD5_BYTES + len(CBOR_NULL)
@@ -537,7 +534,7 @@ class Appender:
             total = count * (fixed + len(head)) + bytes_in  # the records' bytes
         else:
             total = count * fixed + bytes_in + sum([len(cbor_head(2, size)) for size in sizes])
-        last_size = fixed + len(cbor_head(2, sizes[-1])) + sizes[-1]
+        last_size = fixed + len(head if uniform else cbor_head(2, sizes[-1])) + sizes[-1]
         if (segment is not None and segment.count + count <= context.segment_max_messages
                 and segment.size_bytes + total - last_size < context.segment_max_bytes):
             segment.last_seq = end - 1
