@@ -50,6 +50,8 @@ _NO_SEQS: frozenset[int] = frozenset()
 #: enqueue and visible time (epoch ms, 8-byte CBOR heads), the digest's bytes head.
 _PLAIN_TAIL = struct.Struct(">HBBQBQB")
 MD5_BYTES = 16
+#: A log key from the lane's packed prefix (``keys.log_lane_prefix``) and the seq.
+_LANE_KEY = struct.Struct(">%dsQ" % len(keys.log_lane_prefix(0, 0)))
 
 
 class _Entry:
@@ -512,7 +514,7 @@ class Appender:
         md5_of = md5_for(max(sizes))
         id_format = b"%08x%%016x7" % qid  # PROTOCOL.md's id: queue, seq, lane - 1
         lead = plain_prefix + RECORD_HEAD
-        key_prefix = keys.log_lane_prefix(qid, DEFAULT_PRIORITY)
+        key_prefix, key_pack = keys.log_lane_prefix(qid, DEFAULT_PRIORITY), _LANE_KEY.pack
         batch_put, log_h = store.batch.put, store.log_h
         size = sizes[0]
         if size != self._lone_size:  # a producer's bodies are mostly of one size
@@ -522,7 +524,7 @@ class Appender:
         for seq, raw in zip(range(first, end), messages):
             md5 = md5_of(raw).digest()
             msg_id = id_format % seq
-            batch_put(key_prefix + seq.to_bytes(8, "big"),
+            batch_put(key_pack(key_prefix, seq),
                       b"".join((lead, msg_id, head if uniform else cbor_head(2, len(raw)), raw,
                                 plain_tail, md5, CBOR_NULL)), log_h)
             add_id(msg_id)

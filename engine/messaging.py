@@ -98,7 +98,7 @@ class MessagingOps:
         with core._frame as now:  # ``_operation()``, a call less
             core._grants.check(caller, "send", queue)
             q = core._queue(queue)
-            if messages.__class__ is not list or not 0 < len(messages) <= MAX_BATCH:
+            if messages.__class__ is not list or not messages or len(messages) > MAX_BATCH:
                 messages = check_batch(messages, "messages")  # a copy, checked
             if now > q.quiet_until_ms:  # else ``_advance`` finds nothing due
                 core._advance(q, now)
