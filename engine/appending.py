@@ -1,12 +1,15 @@
 """The append path: a batch of messages becomes log records, index rows, segment entries and
 counts (DESIGN.md §3 ``send``; dead-letter copies come the same way, as prepared entries).
 
-``Appender`` is owned by the engine core; ``parse_send_entry`` checks one send entry.
+``Appender`` is owned by the engine core; ``parse_send_entry`` (sendentry.py) checks one
+send entry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import struct
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
@@ -15,109 +18,32 @@ import cbor2
 from . import keys
 from .counters import BYTES_IN, SENT, Counters
 from .deadlines import Deadlines
-from .errors import InvalidArgument, LaminaError, MessageTooLarge, QueueFull
-from .records import (CBOR_NULL, PREFIX, PREFIX_SIZE, RECORD_HEAD, body_md5, cbor_head,
-                      cbor_uint, encode_record, md5_for, message_id, parse_message_id)
+from .errors import LaminaError, QueueFull
+from .records import (CBOR_NULL, ID_LENGTH, PREFIX, RECORD_HEAD, SHORT_BODY_BYTES, body_md5,
+                      cbor_head, cbor_uint, encode_record, md5_for, message_id,
+                      parse_message_id, short_md5)
 from .results import Sent, SentColumns
 from .scope import filter_matches
+from .sendentry import _Entry, parse_send_entry
 from .state import DAY_MS, QueueState, Segment, TagState
 from .store import Store
 from .timeindex import EVERY_MESSAGES as TIME_EVERY_MESSAGES
 from .timeindex import EVERY_MS as TIME_EVERY_MS
 from .topics import Topics
-from .validation import (
-    DEFAULT_PRIORITY,
-    MAX_DELAY_S,
-    MAX_PRIORITY,
-    MIN_PRIORITY,
-    check_int,
-    check_message_attributes,
-    check_seconds,
-    check_topic,
-)
+from .validation import DEFAULT_PRIORITY
 
-_SEND_KEYS = frozenset((1, 2, 3, 4, 5))
 #: A send of this many messages or more, all plain, takes ``Appender._append_plain``: its
 #: fixed cost (about 1 µs more than the loop's) is repaid from about 4 messages on (measured,
 #: the server's ``send_columns``: 1 µs more for 2 messages, even for 3, 0.6 less for 4, 1.7
 #: less for 6, 7 less for 16).
 PLAIN_RUN_FROM = 4
 _NO_SEQS: frozenset[int] = frozenset()
-
-
-class _Entry:
-    """A validated send entry, not yet assigned a seq."""
-
-    __slots__ = ("body_cbor", "body", "attributes_cbor", "topic", "priority", "delay_ms", "size",
-                 "dead_cbor", "mark")
-
-    def __init__(self, body_cbor: bytes, body: bytes, attributes_cbor: bytes | None,
-                 topic: str | None, priority: int, delay_ms: int):
-        self.body_cbor = body_cbor
-        self.body = body
-        self.attributes_cbor = attributes_cbor
-        self.topic = topic
-        self.priority = priority
-        self.delay_ms = delay_ms
-        self.size = len(body) + (len(attributes_cbor) if attributes_cbor else 0)
-        self.dead_cbor: bytes | None = None  # set on dead-letter copies (deadletter.py),
-        self.mark = 0                        # which bypass send validation and limits
-
-
-def _body(value: object, field: str) -> tuple[bytes, bytes]:
-    """-> (CBOR item of the body, its bytes: UTF-8 for text)."""
-    if type(value) is bytes:
-        if not value:
-            raise InvalidArgument(field, "must hold at least 1 byte")
-        return cbor_head(2, len(value)) + value, value
-    if type(value) is str:
-        data = value.encode()
-        if not data:
-            raise InvalidArgument(field, "must hold at least 1 byte")
-        return cbor_head(3, len(data)) + data, data
-    raise InvalidArgument(field, "must be bytes or text")
-
-
-def parse_send_entry(entry: object, index: int, q: QueueState) -> _Entry:
-    """A send entry of PROTOCOL.md §4 (body alone, or a map with keys 1-5), fully checked."""
-    field = f"messages[{index}]"
-    attributes = q.attributes
-    if type(entry) is bytes or type(entry) is str:
-        body_cbor, body = _body(entry, f"{field}.body")
-        parsed = _Entry(body_cbor, body, None, None, DEFAULT_PRIORITY,
-                        attributes["delay"] * 1000)
-    elif isinstance(entry, dict):
-        for key in entry:
-            if type(key) is not int or key not in _SEND_KEYS:
-                raise InvalidArgument(f"{field}.{key}", "unknown send entry key (1-5)")
-        if 1 not in entry:
-            raise InvalidArgument(f"{field}.body", "is required")
-        body_cbor, body = _body(entry[1], f"{field}.body")
-        attributes_cbor = None
-        if entry.get(2) is not None:
-            attributes_cbor = cbor2.dumps(
-                check_message_attributes(entry[2], f"{field}.attributes"))
-        topic = check_topic(entry[3], f"{field}.topic") if entry.get(3) is not None else None
-        priority = DEFAULT_PRIORITY
-        if entry.get(4) is not None:
-            priority = check_int(entry[4], f"{field}.priority", MIN_PRIORITY, MAX_PRIORITY)
-        if topic is not None and priority != DEFAULT_PRIORITY:
-            raise InvalidArgument(f"{field}.priority",
-                                  "a message may have a topic or a non-default priority, not both")
-        if entry.get(5) is not None:
-            delay_ms = check_seconds(entry[5], f"{field}.delay", 0, MAX_DELAY_S)
-            if delay_ms >= attributes["retention"] * 1000:
-                raise InvalidArgument(f"{field}.delay", "must be less than the queue's retention")
-        else:
-            delay_ms = attributes["delay"] * 1000
-        parsed = _Entry(body_cbor, body, attributes_cbor, topic, priority, delay_ms)
-    else:
-        raise InvalidArgument(field, "must be bytes, text or a map")
-    if parsed.size > attributes["max_message_size"]:
-        raise MessageTooLarge(
-            f"{field}: {parsed.size} bytes (body + attributes) exceed max_message_size "
-            f"{attributes['max_message_size']}", field=field)
-    return parsed
+#: A plain message's record tail (``_plain_parts``): attributes and topic null, priority 8,
+#: enqueue and visible time (epoch ms, 8-byte CBOR heads), the digest's bytes head.
+_PLAIN_TAIL = struct.Struct(">HBBQBQB")
+MD5_BYTES = 16
+#: A log key from the lane's packed prefix (``keys.log_lane_prefix``) and the seq.
+_LANE_KEY = struct.Struct(">%dsQ" % len(keys.log_lane_prefix(0, 0)))
 
 
 class AppendContext(Protocol):
@@ -132,6 +58,8 @@ class AppendContext(Protocol):
     segment_max_messages: int
     segment_max_bytes: int
     segment_max_age_ms: int
+
+    on_activity: Callable[[str], None] | None
 
     def _persist_watermarks(self, q: QueueState) -> None: ...
 
@@ -339,15 +267,14 @@ class Appender:
         context._notify(q)
 
     def _plain_parts(self, now: int) -> tuple[bytes, bytes]:
-        """-> (log prefix, record tail) of a plain message sent at ``now``, kept for the
-        sends of the same millisecond."""
-        plain_now, plain_prefix, plain_tail = self._plain
-        if plain_now == now:
-            return plain_prefix, plain_tail
-        # An epoch time in ms is 2^32 or more: a CBOR head of 9 bytes (cbor_uint's).
-        now_cbor = b"\x1b" + now.to_bytes(8, "big") if now >= 1 << 32 else cbor_uint(now)
+        """-> (log prefix, record tail) of a plain message sent at ``now``, kept in
+        ``_plain`` for the sends of the same millisecond (which find them there)."""
         plain_prefix = PREFIX.pack(now, now, 0, DEFAULT_PRIORITY)
-        plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
+        if now >= 1 << 32:  # an epoch time in ms: a CBOR head of 9 bytes (cbor_uint's)
+            plain_tail = _PLAIN_TAIL.pack(0xF6F6, 8, 0x1B, now, 0x1B, now, 0x50)
+        else:
+            now_cbor = cbor_uint(now)
+            plain_tail = b"\xf6\xf6\x08" + now_cbor + now_cbor + b"\x50"
         self._plain = (now, plain_prefix, plain_tail)
         return plain_prefix, plain_tail
 
@@ -357,41 +284,40 @@ class Appender:
         record, rows, counts and answer as ``append``'s loop, without its per-batch setup;
         None when the send is not that (``append`` goes on)."""
         raw = messages[0]
-        if type(raw) is not bytes or not 0 < len(raw) <= q.attributes["max_message_size"]:
+        if type(raw) is not bytes:
             return None
-        segment = self._open_segment_taking(q, 1, now)
-        if segment is None:
+        size, attributes = len(raw), q.attributes
+        if (not 0 < size <= attributes["max_message_size"] or attributes["delay"]
+                or not q.segments or q.next_seq - q.gone_seq >= attributes["max_messages"]):
             return None
-        store = self._context._store
+        segment = q.segments[-1]
+        context = self._context
+        if (segment.count >= context.segment_max_messages
+                or segment.size_bytes >= context.segment_max_bytes
+                or now - segment.first_ms >= context.segment_max_age_ms):
+            return None  # ``append`` seals it and opens the next
+        store = context._store
         store.log_appended()
         plain_now, plain_prefix, plain_tail = self._plain
         if plain_now != now:
             plain_prefix, plain_tail = self._plain_parts(now)
-        qid, seq, lane = q.id, q.next_seq, DEFAULT_PRIORITY
+        qid, seq = q.id, q.next_seq
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
-        md5 = body_md5(raw)
-        size = len(raw)
+        md5 = (short_md5 if size <= SHORT_BODY_BYTES else hashlib.md5)(raw).digest()
         if size != self._lone_size:  # a producer's bodies are mostly of one size
             self._lone_size, self._lone_head = size, cbor_head(2, size)
         record = b"".join((RECORD_HEAD, msg_id, self._lone_head, raw, plain_tail, md5,
                            CBOR_NULL))
-        store.batch.put(keys.log_key(qid, lane, seq), plain_prefix + record, store.log_h)
+        key = keys.log_key(qid, DEFAULT_PRIORITY, seq)
+        store.batch.put(key, plain_prefix + record, store.log_h)
         store.pending += 1
         q.next_seq = seq + 1
-        tails = q.lane_tail
-        old_tail = tails[lane]
-        if old_tail < 0:
-            q.lanes_used.append(lane)
-            q.lanes_used.sort()
-        tails[lane] = seq
         segment.last_seq = seq
         segment.last_ms = now
         segment.count += 1
         segment.size_bytes += len(record)
         results = SentColumns(now, [msg_id], [md5])
-        first = {lane: seq}
-        self._finish(q, results, messages, first, {lane: old_tail}, first, _NO_SEQS, seq,
-                     segment, q.next_topic_id, 1, size, now)
+        self._finish_plain(q, results, messages, seq, 1, size, segment, now, key)
         return results
 
     def _append_run(self, q: QueueState, messages: list[Any], now: int) -> SentColumns | None:
@@ -400,45 +326,82 @@ class Appender:
         the general path's per-batch setup (its containers for lanes, delays and refusals);
         None when the send is not that (``append`` goes on)."""
         count = len(messages)
-        segment = self._open_segment_taking(q, count, now)
-        if segment is None:
-            return None
-        sizes = self._plain_run(messages, q.attributes["max_message_size"])
-        if sizes is None:
-            return None
-        store = self._context._store
-        store.log_appended()
-        plain_prefix, plain_tail = self._plain_parts(now)
-        lane, first = DEFAULT_PRIORITY, q.next_seq
-        old_tail = q.lane_tail[lane]
-        results, segment, written, bytes_in = self._append_plain(
-            q, messages, sizes, now, segment, plain_prefix, plain_tail)
-        store.pending += written
-        if old_tail < 0:
-            q.lanes_used.append(lane)
-            q.lanes_used.sort()
-        q.lane_tail[lane] = q.next_seq - 1
-        first_of = {lane: first}
-        self._finish(q, results, messages, first_of, {lane: old_tail}, first_of, _NO_SEQS,
-                     first, segment, q.next_topic_id, count, bytes_in, now)
-        return results
-
-    def _open_segment_taking(self, q: QueueState, count: int, now: int) -> Segment | None:
-        """The open segment when a send of ``count`` plain messages can start in it: the
-        queue has no delay and room for them all, and the segment is neither full nor too
-        old; else None (``append``'s general path seals it, opens one or refuses)."""
         attributes = q.attributes
-        segments = q.segments
-        if (attributes["delay"] or not segments
+        if (attributes["delay"] or not q.segments
                 or q.next_seq - q.gone_seq + count > attributes["max_messages"]):
             return None
+        segment = q.segments[-1]
         context = self._context
-        segment = segments[-1]
         if (segment.count >= context.segment_max_messages
                 or segment.size_bytes >= context.segment_max_bytes
                 or now - segment.first_ms >= context.segment_max_age_ms):
             return None
-        return segment
+        sizes = self._plain_run(messages, attributes["max_message_size"])
+        if sizes is None:
+            return None
+        store = context._store
+        store.log_appended()
+        plain_now, plain_prefix, plain_tail = self._plain
+        if plain_now != now:
+            plain_prefix, plain_tail = self._plain_parts(now)
+        first = q.next_seq
+        results, segment, written, bytes_in = self._append_plain(
+            q, messages, sizes, now, segment, plain_prefix, plain_tail)
+        store.pending += written
+        self._finish_plain(q, results, messages, first, count, bytes_in, segment, now,
+                           keys.log_key(q.id, DEFAULT_PRIORITY, first))
+        return results
+
+    def _finish_plain(self, q: QueueState, results: SentColumns, messages: list[Any],
+                      first: int, count: int, bytes_in: int, segment: Segment, now: int,
+                      key: bytes) -> None:
+        """``_finish`` for ``count`` plain messages appended from ``first`` on, all in the
+        default lane and none delayed, by ``_append_lone`` or ``_append_run`` (``key``: a key
+        of the queue written in the batch): the same counts, rows and cursors."""
+        store = self._context._store
+        lane = DEFAULT_PRIORITY
+        tails = q.lane_tail
+        old_tail = tails[lane]
+        if old_tail < 0:
+            q.lanes_used.append(lane)
+            q.lanes_used.sort()
+        tails[lane] = q.next_seq - 1
+        day = now // DAY_MS
+        sends = q.unsaved_sends.get(day)  # the queue's: counters.py
+        if sends is None:
+            q.unsaved_sends[day] = [count, bytes_in]
+        else:
+            sends[0] += count
+            sends[1] += bytes_in
+        if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
+            q.last_time_seq = first
+            if (now - q.indexed_ms >= TIME_EVERY_MS
+                    or first - q.indexed_seq >= TIME_EVERY_MESSAGES):
+                store.put(store.time_h, keys.time_key(q.id, now, first), b"")
+                q.indexed_ms, q.indexed_seq = now, first
+            q.last_time_ms = now
+        if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
+            q.oldest_live_ms = now
+        for t in q.tags.values():
+            cursors = t.cursors
+            if t.filter is not None or t.start_ms > now:  # scoped: as ``_finish`` does
+                self._count_tag_sends(q, t, results, messages, count, bytes_in)
+                if cursors[lane] > old_tail:
+                    cursors[lane] = self._first_in_scope(t, lane, results, messages, now,
+                                                         tails[lane], _NO_SEQS)
+                    store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+            elif cursors[lane] > old_tail:  # exhausted: onto the first new message
+                cursors[lane] = first
+                store.put(store.tags_h, keys.tag_key(q.id, t.id), t.encode_cursors())
+        if segment.row_lags():
+            store.put(store.segments_h, keys.segment_key(q.id, segment.first_seq),
+                      segment.encode_saved())
+            self._context._counters.save_sends(q)  # the sends up to its last_seq
+        else:  # noted as written all the same: ``_finish``
+            store.written.append(key)
+        on_activity = self._context.on_activity  # ``_notify``, in line
+        if on_activity is not None:
+            on_activity(q.name)
 
     @staticmethod
     def _plain_run(messages: list[Any], max_size: int) -> list[int] | None:
@@ -459,32 +422,38 @@ class Appender:
         context = self._context
         store = context._store
         qid = q.id
-        seq = first = q.next_seq
+        first = q.next_seq
+        written = count = len(messages)
+        q.next_seq = end = first + count
         ids: list[bytes] = []
         digests: list[bytes] = []
         add_id, add_digest = ids.append, digests.append
         md5_of = md5_for(max(sizes))
         id_format = b"%08x%%016x7" % qid  # PROTOCOL.md's id: queue, seq, lane - 1
         lead = plain_prefix + RECORD_HEAD
-        key_prefix = keys.log_lane_prefix(qid, DEFAULT_PRIORITY)
+        key_prefix, key_pack = keys.log_lane_prefix(qid, DEFAULT_PRIORITY), _LANE_KEY.pack
         batch_put, log_h = store.batch.put, store.log_h
-        uniform = sizes.count(sizes[0]) == len(sizes)
-        head = cbor_head(2, sizes[0])
-        total = 0
-        for raw in messages:
+        size = sizes[0]
+        if size != self._lone_size:  # a producer's bodies are mostly of one size
+            self._lone_size, self._lone_head = size, cbor_head(2, size)
+        head = self._lone_head
+        uniform = sizes.count(size) == count
+        for seq, raw in zip(range(first, end), messages):
             md5 = md5_of(raw).digest()
             msg_id = id_format % seq
-            value = b"".join((lead, msg_id, head if uniform else cbor_head(2, len(raw)), raw,
-                              plain_tail, md5, CBOR_NULL))
-            batch_put(key_prefix + seq.to_bytes(8, "big"), value, log_h)
-            total += len(value)
+            batch_put(key_pack(key_prefix, seq),
+                      b"".join((lead, msg_id, head if uniform else cbor_head(2, len(raw)), raw,
+                                plain_tail, md5, CBOR_NULL)), log_h)
             add_id(msg_id)
             add_digest(md5)
-            seq += 1
-        q.next_seq = end = seq
-        written = count = len(messages)
-        total -= count * PREFIX_SIZE  # the records' bytes
-        last_size = len(value) - PREFIX_SIZE
+        bytes_in = sum(sizes)
+        # A record's bytes besides its body and the body's head (``Message``'s fields).
+        fixed = len(RECORD_HEAD) + ID_LENGTH + len(plain_tail) + MD5_BYTES + len(CBOR_NULL)
+        if uniform:
+            total = count * (fixed + len(head)) + bytes_in  # the records' bytes
+        else:
+            total = count * fixed + bytes_in + sum([len(cbor_head(2, size)) for size in sizes])
+        last_size = fixed + len(head if uniform else cbor_head(2, sizes[-1])) + sizes[-1]
         if (segment is not None and segment.count + count <= context.segment_max_messages
                 and segment.size_bytes + total - last_size < context.segment_max_bytes):
             segment.last_seq = end - 1
@@ -492,8 +461,6 @@ class Appender:
             segment.count += count
             segment.size_bytes += total
         else:  # the batch starts a segment or fills one: message by message
-            fixed = (len(lead) - PREFIX_SIZE + len(msg_id) + len(plain_tail) + len(md5)
-                     + len(CBOR_NULL))
             for seq, size in zip(range(first, end), sizes):
                 if (segment is None or segment.count >= context.segment_max_messages
                         or segment.size_bytes >= context.segment_max_bytes):
@@ -504,7 +471,7 @@ class Appender:
                 segment.count += 1
                 segment.size_bytes += fixed + len(cbor_head(2, size)) + size
         assert segment is not None  # a message was appended
-        return SentColumns(now, ids, digests), segment, written, sum(sizes)
+        return SentColumns(now, ids, digests), segment, written, bytes_in
 
     def _open_segment(self, q: QueueState, full: Segment | None, seq: int, now: int) -> int:
         """Start the queue's next segment at ``seq`` (after ``full``, whose row is written
@@ -546,11 +513,9 @@ class Appender:
 
     def _count_sent(self, q: QueueState, results: Iterable[Any], messages: list[Any],
                     sent_count: int, bytes_in: int) -> None:
-        """Daily ``sent`` / ``bytes_in``: once for the queue, and per filtered tag for the
-        messages the tag receives (decoding the attributes of each); a tag without a filter
-        counts only what it does not receive, the sends before its start (counters.py)."""
-        counters, now = self._context._counters, self._context._now
-        accepted: list[tuple[Any, Any]] | None = None
+        """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag as
+        ``_count_tag_sends`` says."""
+        now = self._context._now
         sends = q.unsaved_sends.get(now // DAY_MS)  # the queue's: counters.py
         if sends is None:
             q.unsaved_sends[now // DAY_MS] = [sent_count, bytes_in]
@@ -558,21 +523,29 @@ class Appender:
             sends[0] += sent_count
             sends[1] += bytes_in
         for t in q.tags.values():
-            if t.filter is None:
-                if t.start_ms > now:
-                    counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
+            if t.filter is not None or t.start_ms > now:
+                self._count_tag_sends(q, t, results, messages, sent_count, bytes_in)
+
+    def _count_tag_sends(self, q: QueueState, t: TagState, results: Iterable[Any],
+                         messages: list[Any], sent_count: int, bytes_in: int) -> None:
+        """A tag's daily ``sent`` / ``bytes_in``: a filtered tag counts the messages it
+        receives (decoding the attributes of each); a tag without a filter counts only what
+        it does not receive, the sends before its start (counters.py)."""
+        counters, now = self._context._counters, self._context._now
+        if t.filter is None:
+            if t.start_ms > now:
+                counters.count(q.id, t.id, SENT, sent_count, BYTES_IN, bytes_in)
+            return
+        count = size = 0
+        for raw, sent in zip(messages, results):
+            if type(sent) is not Sent:
                 continue
-            if accepted is None:
-                accepted = [(raw, sent) for raw, sent in zip(messages, results)
-                            if type(sent) is Sent]
-            count = size = 0
-            for raw, sent in accepted:
-                attributes, body_size, _ = self._sent_attributes(raw)
-                if t.start_ms <= now and filter_matches(t.filter, attributes):
-                    count += 1
-                    size += body_size
-            if count:
-                counters.count(q.id, t.id, SENT, count, BYTES_IN, size)
+            attributes, body_size, _ = self._sent_attributes(raw)
+            if t.start_ms <= now and filter_matches(t.filter, attributes):
+                count += 1
+                size += body_size
+        if count:
+            counters.count(q.id, t.id, SENT, count, BYTES_IN, size)
 
     def _index_delay(self, q: QueueState, seq: int, lane: int, visible: int) -> None:
         """Enter a delayed message in the queue-level delay indexes (two rows, no pending

@@ -420,9 +420,10 @@ class EngineCore(StoreRecovery):
         also its sources' (a dead letter whose copy ended counts as Ended at once)."""
         if q.gone_seq < q.next_seq:  # else all gone: nothing can rise (``_settle_queue``)
             self._settle_queue(q, now)
-        sources = self._dead_sources.get(q.id)
-        if sources:
-            self._dead_letters.settle_sources(q, sources, now)
+        if self._dead_sources:  # else no DLQ has sources
+            sources = self._dead_sources.get(q.id)
+            if sources:
+                self._dead_letters.settle_sources(q, sources, now)
 
     def _settle_queue(self, q: QueueState, now: int) -> None:
         gone = q.gone_seq

@@ -66,6 +66,9 @@ class Engine(EngineCore):
                  segment_max_bytes: int, segment_max_age_ms: int,
                  memory: MemoryBounds) -> None:
         self._messaging = MessagingOps(self)
+        # ``send_columns`` is ``MessagingOps.send`` itself (a server's every send: no call
+        # in between).
+        self.send_columns = self._messaging.send  # type: ignore[method-assign]
         self._dead_letter_ops = DeadLetterOps(self, self._messaging)
         self._tags = TagOps(self)
         self._admin = AdminOps(self, self._tags)
@@ -191,10 +194,17 @@ class Engine(EngineCore):
     def next_deadline(self) -> int | None:
         """The earliest time (ms) at which a message may become Active without a request
         (lease expiry, delay end), or None. A server's timer task sleeps until then."""
-        heap, queues = self._deadlines.wake_heap, self._queues
-        while heap and heap[0][1] not in queues:  # a deleted queue's entry
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        heap = self._deadlines.wake_heap
+        if heap:
+            top = heap[0]
+            if top[1] in self._queues:
+                return top[0]
+            queues = self._queues
+            while heap and heap[0][1] not in queues:  # a deleted queue's entry
+                heapq.heappop(heap)
+            if heap:
+                return heap[0][0]
+        return None
 
     def process_deadlines(self) -> list[tuple[str, str | None]]:
         """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages

@@ -39,6 +39,7 @@ from .receipts import RECEIPT_BYTES, ReceiptCodec, unpack_claim
 from .results import Delivery, FirstDeliveries, Sent, SentColumns, VisibilityChanged
 from .state import DAY_MS, ENDED_DELETED, LEASED, Lease, QueueState, TagState
 from .validation import (
+    MAX_BATCH,
     MAX_VISIBILITY_S,
     check_batch,
     check_int,
@@ -67,8 +68,10 @@ class MessagingOps:
         with core._frame as now:  # ``_operation()``, a call less
             core._grants.check(caller, "send", queue)
             q = core._queue(queue)
-            messages = check_batch(messages, "messages")
-            core._advance(q, now)
+            if messages.__class__ is not list or not messages or len(messages) > MAX_BATCH:
+                messages = check_batch(messages, "messages")  # a copy, checked
+            if now > q.quiet_until_ms:  # else ``_advance`` finds nothing due
+                core._advance(q, now)
             core._settle(q, now)
             return core._appender.append(q, messages, now)
 

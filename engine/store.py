@@ -345,7 +345,8 @@ class Store:
         """Write the pending batch (into the WAL, not synced). On failure the batch is kept
         (with ``written``) for the caller to look at and ``discard``."""
         if self.pending:
-            self._readers.clear()
+            if self._readers:
+                self._readers.clear()
             self.db.write(self.batch, self._write_options)
             self.batch = WriteBatch(raw_mode=True)
             self.pending = 0

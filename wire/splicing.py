@@ -238,6 +238,9 @@ def encode_send_response(request_id: int, results: Sequence[Any] | SentColumns) 
 
 _SENT_PREFIXES: dict[int, bytes] = {}
 _BYTES_16_HEAD = cbor_head(2, 16)
+#: An enqueue time of 2^32 ms or more (every epoch time in ms) and the digest's head after it:
+#: a CBOR head of 8 bytes, as ``encode_int`` writes it.
+_TIME_AND_DIGEST_HEAD = struct.Struct(">BQB")
 
 
 def _uniform_send_frame(request_id: int, results: Sequence[Any]) -> bytes | None:
@@ -265,7 +268,8 @@ def _sent_columns_frame(request_id: int, enqueue_time: int, ids: list[bytes],
     prefix = _SENT_PREFIXES.get(id_chars)
     if prefix is None:
         prefix = _SENT_PREFIXES[id_chars] = _ARRAY_OF_3 + cbor_head(3, id_chars)
-    middle = encode_int(enqueue_time) + _BYTES_16_HEAD
+    middle = (_TIME_AND_DIGEST_HEAD.pack(0x1B, enqueue_time, 0x50) if enqueue_time > 0xFFFFFFFF
+              else encode_int(enqueue_time) + _BYTES_16_HEAD)
     if count == 1:  # a send of one (a client awaiting each answer): no columns to interleave
         body = b"".join((head, prefix, ids[0], middle, digests[0]))
         return _FRAME_HEADER.pack(len(body)) + body
