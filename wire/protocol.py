@@ -280,21 +280,21 @@ class ServerConnection:
 
     # -- input -----------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list[ServerEvent]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[ServerEvent]:
         """Feed bytes read from the peer; returns the events they complete (rule 3).
 
         ``b""`` just parses what is buffered (needed after answering in pre-auth mode).
         """
-        got = self.receive_request(data)
+        got = self.receive_request(data if type(data) is bytes else bytes(data))
         return [got] if type(got) is Request else got
 
     def receive_request(self, data: bytes) -> Request | list[ServerEvent]:
         """:meth:`receive_data`, with the usual read of a peer awaiting each answer after auth
         (one whole frame holding a well-formed request, nothing buffered) given as its
-        Request alone, no list around it."""
+        Request alone, no list around it. ``data`` is ``bytes`` (what ``os.read`` gives)."""
         if self.protocol_error is not None or self._closed:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
-        if not (self.buffering or self.pre_auth) and type(data) is bytes:
+        if not (self.buffering or self.pre_auth):
             size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
             if not (0 < size <= self.max_frame_bytes  # else whole frames (a pipelining peer),
                     and _FRAME_LENGTH.unpack_from(data)[0] == size):  # cut; the rest fed
