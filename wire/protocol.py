@@ -340,9 +340,11 @@ class ServerConnection:
 
     def _parse_request(self, body: bytes) -> Request | RejectedRequest:
         item = decode_item(body, MAX_REQUEST_ITEMS)
-        if type(item) is not list or len(item) != 3:
-            raise ProtocolError(f"a request is a CBOR array [id, op, args], not {_brief(item)}")
-        request_id, op, args = item
+        try:  # the length of a list (a map or a text of 3 would unpack too)
+            request_id, op, args = item if type(item) is list else ()
+        except ValueError:
+            raise ProtocolError(f"a request is a CBOR array [id, op, args], "
+                                f"not {_brief(item)}") from None
         # type() is not int, not isinstance: bool is a subclass of int but never an integer here.
         if type(request_id) is not int or not 1 <= request_id <= MAX_REQUEST_ID:
             raise ProtocolError(f"request id must be an integer 1..2^63-1, not {_brief(request_id)}")
