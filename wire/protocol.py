@@ -88,6 +88,7 @@ from .framing import (
     TEXT_ONLY,
     PRE_AUTH_MAX_FRAME_BYTES,
     FrameReader,
+    decode_frame_item,
     decode_item,
     encode_frame_header,
     find_unsupported_value,
@@ -300,7 +301,7 @@ class ServerConnection:
                     and _FRAME_LENGTH.unpack_from(data)[0] == size):  # cut; the rest fed
                 return self._parse_frames(self._frames.whole_frames(data))
             try:  # nothing was buffered, nothing is
-                request = self._parse_request(data[FRAME_HEADER_BYTES:])
+                request = self._parse_request(decode_frame_item(data, MAX_REQUEST_ITEMS))
             except ProtocolError as exc:
                 return self._violation(exc)
             return request if type(request) is Request else [request]
@@ -309,7 +310,7 @@ class ServerConnection:
             if body is not None:
                 self.buffering = False
                 try:
-                    return [self._parse_request(body)]
+                    return [self._parse_request(decode_item(body, MAX_REQUEST_ITEMS))]
                 except ProtocolError as exc:
                     return self._violation(exc)
         self._frames.feed(data)
@@ -326,20 +327,20 @@ class ServerConnection:
         events: list[ServerEvent] = []
         try:
             for cut in bodies:
-                events.append(self._parse_request(cut))
+                events.append(self._parse_request(decode_item(cut, MAX_REQUEST_ITEMS)))
             while not (self.pre_auth and self.outstanding_ids):  # not reading_paused
                 body = frames.next_frame()
                 if body is None:
                     break
-                events.append(self._parse_request(body))
+                events.append(self._parse_request(decode_item(body, MAX_REQUEST_ITEMS)))
         except ProtocolError as exc:
             self.protocol_error = exc
             events.append(ProtocolViolation(exc))
         self.buffering = frames.buffered_bytes > 0
         return events
 
-    def _parse_request(self, body: bytes) -> Request | RejectedRequest:
-        item = decode_item(body, MAX_REQUEST_ITEMS)
+    def _parse_request(self, item: Any) -> Request | RejectedRequest:
+        """The request of a frame whose body decoded to ``item``."""
         try:  # the length of a list (a map or a text of 3 would unpack too)
             request_id, op, args = item if type(item) is list else ()
         except ValueError:
