@@ -370,18 +370,18 @@ class Connection:
                 if on_read is not None:
                     on_read()
                 drained = len(data) < RECEIVE_CHUNK_BYTES
-                events = proto.receive_request(data)
-                if type(events) is Request:  # one request after auth, nothing buffered (so
-                    if not (applier.apply_lone_now(self, events, now)  # no check below)
-                            if events.op not in BOUNDED_ANSWER_OPS else bounded_answered_now(
-                                applier, self, outbox, events, now, max_frame)):
-                        await self._handle([events], inbox, len(data), now)
+                got = proto.receive_request(data)
+                if not isinstance(got, list):  # one request after auth, nothing buffered (so
+                    if not (applier.apply_lone_now(self, got, now)  # no check below)
+                            if got.op not in BOUNDED_ANSWER_OPS else bounded_answered_now(
+                                applier, self, outbox, got, now, max_frame)):
+                        await self._handle([got], inbox, len(data), now)
                     if not drained:
                         await trio.lowlevel.checkpoint()
                     continue
-                if not (events and not proto.pre_auth and answered_now(
-                        applier, self, outbox, events, now, max_frame)):
-                    await self._handle(events, inbox, len(data), now)
+                if not (got and not proto.pre_auth and answered_now(
+                        applier, self, outbox, got, now, max_frame)):
+                    await self._handle(got, inbox, len(data), now)
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return

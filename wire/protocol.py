@@ -205,6 +205,8 @@ def encode_greeting(
 #: The length prefix of a frame.
 _FRAME_LENGTH = struct.Struct(">I")
 _new_request = _new_response = tuple.__new__
+#: What a request that is not an array unpacks to: nothing (a ValueError, as for a wrong length).
+_NOT_A_LIST: Any = ()
 
 
 def _brief(value: Any) -> str:
@@ -287,7 +289,7 @@ class ServerConnection:
         ``b""`` just parses what is buffered (needed after answering in pre-auth mode).
         """
         got = self.receive_request(data if type(data) is bytes else bytes(data))
-        return [got] if type(got) is Request else got
+        return got if isinstance(got, list) else [got]
 
     def receive_request(self, data: bytes) -> Request | list[ServerEvent]:
         """:meth:`receive_data`, with the usual read of a peer awaiting each answer after auth
@@ -342,7 +344,7 @@ class ServerConnection:
     def _parse_request(self, item: Any) -> Request | RejectedRequest:
         """The request of a frame whose body decoded to ``item``."""
         try:  # the length of a list (a map or a text of 3 would unpack too)
-            request_id, op, args = item if type(item) is list else ()
+            request_id, op, args = item if type(item) is list else _NOT_A_LIST
         except ValueError:
             raise ProtocolError(f"a request is a CBOR array [id, op, args], "
                                 f"not {_brief(item)}") from None
