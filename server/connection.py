@@ -331,15 +331,15 @@ class Connection:
         fd = self._socket_fd
         assert fd is not None
         proto, hub, applier, outbox = self.proto, self._hub, self.applier, self.outbox
-        read = os.read
-        clock = time.perf_counter
+        read, clock = os.read, time.perf_counter
         wait_readable = trio.lowlevel.wait_readable
         on_read = self._on_read
         drained = False  # the last read emptied the socket: wait before reading again
         max_inflight, max_frame = self.limits.max_inflight, self.limits.max_frame_bytes
+        unanswered = proto.outstanding_ids  # (the codec's one set, changed in place)
         while not (self._stop_reading or self._closing):
-            if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
-                    or len(proto.outstanding_ids) >= max_inflight) and not self._may_read():
+            if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted or unanswered
+                    and len(unanswered) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
