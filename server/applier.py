@@ -31,7 +31,7 @@ from lamina.engine.errors import (
 from lamina.wire.protocol import Request
 
 from .bugs import internal_error
-from .dispatch import Answer, Continuation, MapAnswer, check_request
+from .dispatch import OPERATIONS, Answer, Continuation, MapAnswer, check_request
 from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
@@ -83,7 +83,7 @@ class GroupApplier:
         self.long_work = LongWork()  # long work running in chunks (longwork.py)
         #: WAL syncs done (``--fsync``): one per group commit that wrote something.
         self.syncs = 0
-        self.groups = 0
+        self._groups = 0  # but the lone requests answered (``groups``)
         #: The engine's next deadline (the server's timer sleeps until it), and whether a TICK
         #: for it is queued.
         self.deadline_ms: int | None = None
@@ -98,6 +98,12 @@ class GroupApplier:
         self._sync_failed = False  # the last sync failed: the next one may not be skipped
         self._sync_wake = trio.Event()
         self._applying_done = False  # the applier has applied its last group
+
+    @property
+    def groups(self) -> int:
+        """Group commits applied; a lone request answered alone is one, counted (for its
+        path's sake) only by the metrics."""
+        return self._groups + self.metrics.lone_group_count
 
     @property
     def stopping(self) -> bool:
@@ -238,7 +244,7 @@ class GroupApplier:
                     for request, answer in zip(requests, answers)]
             self._settle(AppliedGroup((), owed, [], None, len(requests), started))
             return True
-        self.groups += 1
+        self._groups += 1
         metrics = self.metrics
         frames = [requester.encode_answer(request.id, answer)
                   for request, answer in zip(requests, answers)]
@@ -265,15 +271,14 @@ class GroupApplier:
         if answer is None:  # a lone wait began (or long work)
             if not (replies or waiting.any_due):
                 if not self._deadline_passed():
-                    self.groups += 1
+                    self._groups += 1
                     self._set_deadline()
                     self.metrics.observe_group(1, time.perf_counter() - started)
                     return True
             self._finish_as_group(requester, [request], [], None, replies, started)
             return True
-        fsync = self.engine.fsync
         if replies or waiting.any_due:
-            if not (replies or fsync):  # it woke waiters: answered first, here (_answer_woken)
+            if not (replies or self.engine.fsync):  # it woke waiters: answered first, here
                 if not self._deadline_passed():
                     answer = self._answer_woken(answer)
             if replies or waiting.any_due:
@@ -284,18 +289,20 @@ class GroupApplier:
             self._finish_as_group(requester, [request], [answer], None, [], started, done=True)
             return True
         op = request.op
-        if fsync:  # the answer waits for the WAL sync (rule 7)
+        if self.engine.fsync:  # the answer waits for the WAL sync (rule 7)
             self._settle(AppliedGroup((), [Reply(requester, request.id, answer, op, started)], [],
                                       None, 1, started))
             return True
-        self.groups += 1
-        requester.answer(request.id, answer)
+        requester.answer(request.id, answer)  # a group of one, counted by the metrics
         if isinstance(answer, LaminaError):
             self.metrics.observe_alone(op, answer.code, time.perf_counter() - started)
         else:
             self.metrics.observe_lone(op, time.perf_counter() - started)
         if op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
-            self._set_deadline()
+            deadline = self.engine.next_deadline()  # _set_deadline, in line
+            if deadline != self.deadline_ms:
+                self.deadline_ms = deadline
+                self._on_deadline_changed()
         return True
 
     def _deadline_passed(self) -> bool:
@@ -495,7 +502,7 @@ class GroupApplier:
     def _answer_group(self, group: AppliedGroup) -> None:
         """Queue every answer of a durable group; the answers of one connection go out in
         one write."""
-        self.groups += 1
+        self._groups += 1
         now = time.perf_counter()
         observe = self.metrics.observe
         failure = group.failure
@@ -549,7 +556,10 @@ class GroupApplier:
         op, args = request.op, request.args
         answer: Answer
         try:
-            operation = check_request(op, args)
+            operation = OPERATIONS.get(op)  # check_request's usual case in line: two set tests
+            names = args.keys()
+            if operation is None or not (names <= operation.allowed and operation.needed <= names):
+                operation = check_request(op, args)  # raises the error naming the field
             caller = self.caller_of(connection) if self.auth_required else None
             queue = args.get("queue")
             run = operation.run

@@ -55,7 +55,7 @@ from lamina.wire.protocol import RejectedRequest, Request, ServerConnection, Unk
 from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
 from .bugs import internal_error
 from .dispatch import Answer
-from .inplace import REQUEST_SLICE, answered_now
+from .inplace import REQUEST_SLICE, answered_now, bounded_answered_now
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
 from .preauth import pre_auth_answer
@@ -171,8 +171,7 @@ class Connection:
         self._stop_reading = True
         if self._read_scope is not None:
             self._read_scope.cancel()
-        if self._resume is not None:
-            self._resume.set()
+        self.wake()
 
     def abort(self) -> None:
         """Tear the connection down now (its requests already read are still applied)."""
@@ -332,15 +331,15 @@ class Connection:
         fd = self._socket_fd
         assert fd is not None
         proto, hub, applier, outbox = self.proto, self._hub, self.applier, self.outbox
-        read = os.read
-        clock = time.perf_counter
+        read, clock = os.read, time.perf_counter
         wait_readable = trio.lowlevel.wait_readable
         on_read = self._on_read
         drained = False  # the last read emptied the socket: wait before reading again
         max_inflight, max_frame = self.limits.max_inflight, self.limits.max_frame_bytes
+        unanswered = proto.outstanding_ids  # (the codec's one set, changed in place)
         while not (self._stop_reading or self._closing):
-            if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted
-                    or len(proto.outstanding_ids) >= max_inflight) and not self._may_read():
+            if (outbox.unsent_bytes or outbox.reserved_bytes or self._input_wanted or unanswered
+                    and len(unanswered) >= max_inflight) and not self._may_read():
                 await self._wait_until_may_read()
                 if self._stop_reading or self.dead:
                     return
@@ -371,10 +370,18 @@ class Connection:
                 if on_read is not None:
                     on_read()
                 drained = len(data) < RECEIVE_CHUNK_BYTES
-                events = proto.receive_data(data)
-                if not (events and not proto.pre_auth and answered_now(
-                        applier, self, outbox, events, now, max_frame)):
-                    await self._handle(events, inbox, len(data), now)
+                got = proto.receive_request(data)
+                if not isinstance(got, list):  # one request after auth, nothing buffered (so
+                    if not (applier.apply_lone_now(self, got, now)  # no check below)
+                            if got.op not in BOUNDED_ANSWER_OPS else bounded_answered_now(
+                                applier, self, outbox, got, now, max_frame)):
+                        await self._handle([got], inbox, len(data), now)
+                    if not drained:
+                        await trio.lowlevel.checkpoint()
+                    continue
+                if not (got and not proto.pre_auth and answered_now(
+                        applier, self, outbox, got, now, max_frame)):
+                    await self._handle(got, inbox, len(data), now)
             if proto.protocol_error is not None:
                 self._log_protocol_error()
                 return
@@ -438,14 +445,7 @@ class Connection:
                     break
             else:
                 return events  # the usual case: nothing to sort out
-            requests: list[Request] = []
-            for event in events:
-                if type(event) is Request:
-                    requests.append(event)
-                elif type(event) is RejectedRequest:
-                    self.answer(event.id, event.error)
-            return requests
-        requests = []
+        requests: list[Request] = []
         while True:
             was_pre_auth = proto.pre_auth
             for event in events:
@@ -458,8 +458,7 @@ class Connection:
                     self.answer(event.id, event.error)
             # protocol.py rule 4: pre-auth, bytes after a request stay unparsed until it is
             # answered (done above); parse them now, under the limits now in force.
-            if not (was_pre_auth and events) or self._closing \
-                    or proto.protocol_error is not None:
+            if not (was_pre_auth and events) or self._closing or proto.protocol_error is not None:
                 return requests
             events = proto.receive_data(b"")
 
@@ -515,8 +514,7 @@ class Connection:
         applier = self.applier
         work = Work(self, requests, share * len(requests), time.perf_counter())
         if applier.apply_now(work):
-            # Applied in this task: let other connections in between slices, as they get in
-            # between slices sent to the inbox.
+            # Applied in this task: others get in between slices, as between those sent on.
             await trio.lowlevel.checkpoint()
         elif not applier.try_enqueue(inbox, work):
             await applier.enqueue(inbox, work)
@@ -540,9 +538,14 @@ class Connection:
 
     def answer(self, request_id: int, answer: Answer) -> None:
         """Encode and queue the answer to ``request_id`` (never blocks; rule 3)."""
-        frame = self.encode_answer(request_id, answer)
+        outbox = self.outbox
+        try:  # encode_answer in line while nothing is reserved (one call less)
+            frame = (self.encode_answer(request_id, answer) if outbox.reserved_bytes
+                     else self.proto.respond_answer(request_id, answer))
+        except Exception:  # encode_answer words the failure
+            frame = self.encode_answer(request_id, answer)
         if frame is not None:
-            self.outbox.queue_frame(frame)
+            outbox.queue_frame(frame)
             if self._all_answered is not None or self._resume is not None:
                 self._answers_sent()
 
@@ -560,25 +563,22 @@ class Connection:
     def encode_answer(self, request_id: int, answer: Answer) -> bytes | None:
         """The frame answering ``request_id`` (no longer outstanding once this returns); queue
         it with :meth:`send_frames`. None if ``request_id`` is not awaiting an answer."""
-        outbox = self.outbox
-        if outbox.reserved_bytes:
-            outbox.release(request_id)  # the frame's own size counts once queued
-        proto = self.proto
+        if self.outbox.reserved_bytes:
+            self.outbox.release(request_id)  # the frame's own size counts once queued
         try:
-            return proto.respond_answer(request_id, answer)
+            return self.proto.respond_answer(request_id, answer)
         except UnknownRequestId as exc:
             log.error("answer to an unknown request: %s", exc)
             return None
         except Exception as exc:  # our misuse of the codec, or a result cbor2 cannot encode
-            return proto.respond_error(
+            return self.proto.respond_error(
                 request_id, internal_error(f"encoding the answer to request {request_id}", exc))
 
     def _died(self) -> None:
         self.outbox.dead = True
         if self._all_answered is not None:
             self._all_answered.set()
-        if self._resume is not None:
-            self._resume.set()
+        self.wake()
         self.abort()
 
     # -- waiting receives ----------------------------------------------------------------------

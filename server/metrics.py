@@ -173,8 +173,9 @@ class ServerMetrics:
         self.store_memory = Gauge("lamina_store_memory_bytes",
                                   "Memory the store holds, by kind, and its bounds", ["kind"],
                                   registry=registry)
-        #: Requests per queue (lower-cased), halved at each refresh: what "busiest" means.
-        self.traffic: Tally[str] = Tally()
+        #: Requests per queue, halved at each refresh: what "busiest" means. Counted by the
+        #: name as given (the hot path), folded to lower case at each refresh and bound.
+        self.traffic: dict[str, int] = {}
         self._http: tuple[WSGIServer, threading.Thread] | None = None
 
     @property
@@ -184,6 +185,12 @@ class ServerMetrics:
         for op, histogram in list(self.lone_latency.items()):
             counts[op, "ok"] = counts.get((op, "ok"), 0) + sum(list(histogram.counts))
         return counts
+
+    @property
+    def lone_group_count(self) -> int:
+        """Requests answered alone (``observe_alone``, ``observe_lone``): a group each."""
+        return self.lone_groups + sum(sum(list(histogram.counts))
+                                      for histogram in list(self.lone_latency.values()))
 
     # -- hot path ------------------------------------------------------------------------------
 
@@ -217,8 +224,9 @@ class ServerMetrics:
     def observe_lone(self, op: str, seconds: float) -> None:
         """:meth:`observe_alone` of a request answered "ok" (``op`` is then a known op): one
         histogram, whose counts make the request count and the group's figures when scraped."""
-        histogram = self.lone_latency.get(op)
-        if histogram is None:
+        try:
+            histogram = self.lone_latency[op]
+        except KeyError:
             histogram = self.lone_latency[op] = _Histogram(_LATENCY_BUCKETS)
         histogram.counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
         histogram.total += seconds
@@ -233,12 +241,22 @@ class ServerMetrics:
 
     def count_traffic(self, queue: str) -> None:
         """One request on ``queue`` (an existing queue the caller may use)."""
-        traffic = self.traffic
-        traffic[queue.lower()] += 1
-        if len(traffic) > MAX_TRAFFIC_QUEUES:  # bounded without a metrics refresh too
-            kept = traffic.most_common(MAX_TRAFFIC_QUEUES // 2)
-            traffic.clear()
-            traffic.update(dict(kept))
+        try:
+            self.traffic[queue] += 1
+        except KeyError:  # a name not seen since the last refresh
+            self._new_traffic(queue)
+
+    def _new_traffic(self, queue: str) -> None:
+        if len(self.traffic) >= MAX_TRAFFIC_QUEUES:  # bounded without a metrics refresh too
+            self.traffic = dict(self._folded_traffic().most_common(MAX_TRAFFIC_QUEUES // 2))
+        self.traffic[queue] = self.traffic.get(queue, 0) + 1
+
+    def _folded_traffic(self) -> Tally[str]:
+        """The traffic by queue name in lower case (queue names ignore case)."""
+        folded: Tally[str] = Tally()
+        for name, count in list(self.traffic.items()):
+            folded[name.lower()] += count
+        return folded
 
     def observe_group(self, requests: int, seconds: float) -> None:
         """One group commit: how many requests it applied, and how long it took."""
@@ -264,13 +282,10 @@ class ServerMetrics:
         self.queue_messages.clear()
         for name, messages in depths.items():
             self.queue_messages.labels(name).set(messages)
-        busiest = [name for name, _ in self.traffic.most_common(BUSIEST_QUEUES)]
+        folded = self._folded_traffic()
+        busiest = [name for name, _ in folded.most_common(BUSIEST_QUEUES)]
         # Halve the counts rather than clear them: "busiest" means recently, not this instant.
-        for name, count in list(self.traffic.items()):
-            if count < 2:
-                del self.traffic[name]
-            else:
-                self.traffic[name] = count // 2
+        self.traffic = {name: count // 2 for name, count in folded.items() if count >= 2}
         self.tag_messages.clear()
         for name in busiest:
             try:

@@ -19,6 +19,7 @@ misbehaved"); bad arguments from our own code raise ``ValueError`` ("you misused
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import mmap
@@ -296,6 +297,8 @@ FAST_DECODE_MAX_BYTES = 64 * 1024
 _SENTINEL = secrets.token_bytes(16)
 _SENTINEL_ITEM = cbor2.dumps(_SENTINEL)
 _ARRAY_OF_2_HEAD = b"\x82"
+#: An array of 3 and the head of a byte string of 4: a frame's length prefix (decode_frame_item).
+_FRAMED_HEAD = b"\x83\x44"
 
 
 def decode_item(body: bytes, max_items: int | None = None) -> Any:
@@ -316,10 +319,7 @@ def decode_item(body: bytes, max_items: int | None = None) -> Any:
     """
     if len(body) <= FAST_DECODE_MAX_BYTES:
         try:
-            pair = cbor2.loads(_ARRAY_OF_2_HEAD + body + _SENTINEL_ITEM,
-                               tag_hook=_mark_unknown_tag, semantic_decoders=_TAG_OVERRIDES,
-                               max_depth=_CBOR2_MAX_DEPTH + 1, allow_indefinite=False,
-                               allow_duplicate_keys=False)
+            pair = _wrapped_loads(_ARRAY_OF_2_HEAD + body + _SENTINEL_ITEM)
         except Exception:
             pass
         else:
@@ -331,6 +331,28 @@ def decode_item(body: bytes, max_items: int | None = None) -> Any:
     elif max_items is not None:
         check_item_count(body, max_items)
     return decode_item_strict(body)
+
+
+#: ``cbor2.loads`` with decode_item's options, one nesting level more for the wrapping array.
+_wrapped_loads = functools.partial(
+    cbor2.loads, tag_hook=_mark_unknown_tag, semantic_decoders=_TAG_OVERRIDES,
+    max_depth=_CBOR2_MAX_DEPTH + 1, allow_indefinite=False, allow_duplicate_keys=False)
+
+
+def decode_frame_item(frame: bytes, max_items: int | None = None) -> Any:
+    """:func:`decode_item` of the body of ``frame``, a whole frame whose length prefix the
+    caller checked, without cutting the body out: the prefix is decoded beside the item, as a
+    byte string of 4 (the wrapping array holds three items here, the sentinel last)."""
+    if len(frame) <= FAST_DECODE_MAX_BYTES + FRAME_HEADER_BYTES:
+        try:
+            triple = _wrapped_loads(_FRAMED_HEAD + frame + _SENTINEL_ITEM)
+        except Exception:
+            pass
+        else:
+            if triple[2] == _SENTINEL:  # (as in decode_item)
+                return triple[1]
+        return decode_item_strict(frame[FRAME_HEADER_BYTES:])
+    return decode_item(frame[FRAME_HEADER_BYTES:], max_items)
 
 
 def decode_item_strict(body: bytes) -> Any:

@@ -88,6 +88,7 @@ from .framing import (
     TEXT_ONLY,
     PRE_AUTH_MAX_FRAME_BYTES,
     FrameReader,
+    decode_frame_item,
     decode_item,
     encode_frame_header,
     find_unsupported_value,
@@ -204,6 +205,8 @@ def encode_greeting(
 #: The length prefix of a frame.
 _FRAME_LENGTH = struct.Struct(">I")
 _new_request = _new_response = tuple.__new__
+#: What a request that is not an array unpacks to: nothing (a ValueError, as for a wrong length).
+_NOT_A_LIST: Any = ()
 
 
 def _brief(value: Any) -> str:
@@ -280,33 +283,44 @@ class ServerConnection:
 
     # -- input -----------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list[ServerEvent]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[ServerEvent]:
         """Feed bytes read from the peer; returns the events they complete (rule 3).
 
         ``b""`` just parses what is buffered (needed after answering in pre-auth mode).
         """
+        got = self.receive_request(data if type(data) is bytes else bytes(data))
+        return got if isinstance(got, list) else [got]
+
+    def receive_request(self, data: bytes) -> Request | list[ServerEvent]:
+        """:meth:`receive_data`, with the usual read of a peer awaiting each answer after auth
+        (one whole frame holding a well-formed request, nothing buffered) given as its
+        Request alone, no list around it. ``data`` is ``bytes`` (what ``os.read`` gives)."""
         if self.protocol_error is not None or self._closed:
             raise LocalProtocolError("receive_data after a ProtocolViolation")
-        # The usual read of a peer awaiting each answer: one whole frame, nothing buffered.
-        body = None
-        if not (self.buffering or self.pre_auth) and type(data) is bytes:
+        if not (self.buffering or self.pre_auth):
             size = len(data) - FRAME_HEADER_BYTES  # FrameReader.whole_frame, without the call
             if not (0 < size <= self.max_frame_bytes  # else whole frames (a pipelining peer),
                     and _FRAME_LENGTH.unpack_from(data)[0] == size):  # cut; the rest fed
                 return self._parse_frames(self._frames.whole_frames(data))
-            body = data[FRAME_HEADER_BYTES:]  # nothing was buffered, nothing is
-        elif not (self.pre_auth and self.outstanding_ids):  # not reading_paused (rule 4)
+            try:  # nothing was buffered, nothing is
+                request = self._parse_request(decode_frame_item(data, MAX_REQUEST_ITEMS))
+            except ProtocolError as exc:
+                return self._violation(exc)
+            return request if type(request) is Request else [request]
+        if not (self.pre_auth and self.outstanding_ids):  # not reading_paused (rule 4)
             body = self._frames.whole_frame(data)
             if body is not None:
                 self.buffering = False
-        if body is not None:
-            try:
-                return [self._parse_request(body)]
-            except ProtocolError as exc:
-                self.protocol_error = exc
-                return [ProtocolViolation(exc)]
+                try:
+                    return [self._parse_request(decode_item(body, MAX_REQUEST_ITEMS))]
+                except ProtocolError as exc:
+                    return self._violation(exc)
         self._frames.feed(data)
         return self._parse_frames([])
+
+    def _violation(self, exc: ProtocolError) -> list[ServerEvent]:
+        self.protocol_error = exc
+        return [ProtocolViolation(exc)]
 
     def _parse_frames(self, bodies: list[bytes]) -> list[ServerEvent]:
         """Parse ``bodies`` (frames already cut), then the frames buffered until reading pauses
@@ -315,23 +329,25 @@ class ServerConnection:
         events: list[ServerEvent] = []
         try:
             for cut in bodies:
-                events.append(self._parse_request(cut))
+                events.append(self._parse_request(decode_item(cut, MAX_REQUEST_ITEMS)))
             while not (self.pre_auth and self.outstanding_ids):  # not reading_paused
                 body = frames.next_frame()
                 if body is None:
                     break
-                events.append(self._parse_request(body))
+                events.append(self._parse_request(decode_item(body, MAX_REQUEST_ITEMS)))
         except ProtocolError as exc:
             self.protocol_error = exc
             events.append(ProtocolViolation(exc))
         self.buffering = frames.buffered_bytes > 0
         return events
 
-    def _parse_request(self, body: bytes) -> Request | RejectedRequest:
-        item = decode_item(body, MAX_REQUEST_ITEMS)
-        if type(item) is not list or len(item) != 3:
-            raise ProtocolError(f"a request is a CBOR array [id, op, args], not {_brief(item)}")
-        request_id, op, args = item
+    def _parse_request(self, item: Any) -> Request | RejectedRequest:
+        """The request of a frame whose body decoded to ``item``."""
+        try:  # the length of a list (a map or a text of 3 would unpack too)
+            request_id, op, args = item if type(item) is list else _NOT_A_LIST
+        except ValueError:
+            raise ProtocolError(f"a request is a CBOR array [id, op, args], "
+                                f"not {_brief(item)}") from None
         # type() is not int, not isinstance: bool is a subclass of int but never an integer here.
         if type(request_id) is not int or not 1 <= request_id <= MAX_REQUEST_ID:
             raise ProtocolError(f"request id must be an integer 1..2^63-1, not {_brief(request_id)}")
@@ -380,54 +396,34 @@ class ServerConnection:
 
     def respond(self, request_id: int, result: Mapping[str, Any]) -> bytes:
         """Answer ``request_id`` with success."""
-        return self._answer(request_id, encode_response(request_id, result))
+        return self.respond_answer(request_id, MapAnswer(dict(result)))
 
     def respond_error(self, request_id: int, error: LaminaError) -> bytes:
         """Answer ``request_id`` with failure."""
-        return self._answer(request_id, encode_error_response(request_id, error))
-
-    def respond_entries(self, request_id: int, results: list[LaminaError | None]) -> bytes:
-        """Answer a batch whose entries are null or an error (see
-        :func:`encode_entries_response`)."""
-        return self._answer(request_id, encode_entries_response(request_id, results))
-
-    def respond_send(self, request_id: int, results: Sequence[Any]) -> bytes:
-        """Answer a ``send`` (see :func:`encode_send_response`)."""
-        return self._answer(request_id, encode_send_response(request_id, results))
-
-    def respond_receive(self, request_id: int, deliveries: Sequence[Deliverable]) -> bytes:
-        """Answer a ``receive``, splicing stored records (see :func:`encode_receive_response`)."""
-        return self._answer(request_id, encode_receive_response(request_id, deliveries))
-
-    def respond_peek(self, request_id: int, entries: Sequence[PeekEntry], next_cursor: Any) -> bytes:
-        """Answer a ``peek``, splicing stored records (see :func:`encode_peek_response`)."""
-        return self._answer(request_id, encode_peek_response(request_id, entries, next_cursor))
+        return self.respond_answer(request_id, error)
 
     def respond_answer(self, request_id: int, answer: Answer) -> bytes:
         """Answer ``request_id`` with what the server's op produced: a result map, entries,
         deliveries or a peek page to splice, or the LaminaError that failed the request."""
-        # The encoders are called here directly: one call less an answer.
+        if self._closed or not self._greeted:
+            self._check_can_send()  # raises
+        if request_id not in self.outstanding_ids:
+            raise UnknownRequestId(f"request {request_id} is not awaiting an answer")
+        # The encoders are called here directly, the commonest answers first.
         if type(answer) is MapAnswer:
             frame = encode_response(request_id, answer.result)
-        elif type(answer) is ReceiveAnswer:
-            frame = encode_receive_response(request_id, answer.deliveries)
         elif type(answer) is SendAnswer:
             frame = encode_send_response(request_id, answer.results)
         elif type(answer) is EntriesAnswer:
             frame = encode_entries_response(request_id, answer.results)
+        elif type(answer) is ReceiveAnswer:
+            frame = encode_receive_response(request_id, answer.deliveries)
         elif type(answer) is PeekAnswer:
             frame = encode_peek_response(request_id, answer.entries, answer.next)
         elif isinstance(answer, LaminaError):
             frame = encode_error_response(request_id, answer)
         else:
             raise TypeError(f"not an answer: {type(answer).__name__}")
-        return self._answer(request_id, frame)
-
-    def _answer(self, request_id: int, frame: bytes) -> bytes:
-        if self._closed or not self._greeted:
-            self._check_can_send()  # raises
-        if request_id not in self.outstanding_ids:
-            raise UnknownRequestId(f"request {request_id} is not awaiting an answer")
         if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
             # Still outstanding: the caller can answer it with a smaller (error) response.
             raise AnswerTooLarge(f"response to request {request_id} is "

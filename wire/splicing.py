@@ -316,9 +316,10 @@ def encode_response(request_id: int, result: Mapping[str, Any]) -> bytes:
     """The frame ``[id, null, result]``, byte-identical to cbor2.dumps of it without building
     the array (every ping and most small answers)."""
     tail = cbor2.dumps(result)
-    if 0x100 <= request_id < 0x100000000:  # the usual ids: frame header and head in one pack
-        if request_id < 0x10000:
+    if request_id < 0x10000:  # the usual ids: frame header and head in one pack
+        if request_id >= 0x100:
             return _U16_FRAMED_HEAD.pack(len(tail) + 5, 0x83, 0x19, request_id, 0xF6) + tail
+    elif request_id < 0x100000000:
         return _U32_FRAMED_HEAD.pack(len(tail) + 7, 0x83, 0x1A, request_id, 0xF6) + tail
     head = _id_head(request_id)
     return b"".join((_FRAME_HEADER.pack(len(head) + len(tail)), head, tail))

@@ -171,6 +171,24 @@ def test_the_traffic_tally_keeps_its_busiest_queues_within_a_bound() -> None:
     assert metrics.traffic["busy"] == 5
 
 
+def test_the_traffic_tally_counts_a_queue_under_every_spelling_of_its_name(
+        tmp_path: Path) -> None:
+    from lamina.engine import Engine
+
+    metrics = ServerMetrics()
+    for name in ("Busy", "busy", "BUSY", "busy", "Quiet"):
+        metrics.count_traffic(name)
+    engine = Engine.open(tmp_path / "data")
+    try:
+        engine.create_queue("busy")
+        metrics.refresh_queues(engine)
+    finally:
+        engine.close()
+    assert metrics.traffic == {"busy": 2}  # 4 requests, halved at the refresh; Quiet's 1 gone
+    assert {sample.labels["queue"] for sample in next(iter(
+        metrics.tag_messages.collect())).samples} == {"busy"}
+
+
 async def test_a_frame_of_millions_of_tiny_items_is_refused_before_it_is_decoded(
         tmp_path: Path) -> None:
     count = 16 * 1024 * 1024 - 64

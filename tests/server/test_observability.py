@@ -132,6 +132,7 @@ async def test_lone_requests_that_succeed_or_fail_are_counted_exactly_when_scrap
         async with AsyncClient.connect("127.0.0.1", server.port) as client:
             await client.create_queue("q")
             before = await trio.to_thread.run_sync(scrape, server.metrics_port)
+            groups_before = server.groups
             for _ in range(5):
                 await client.ping()
             for _ in range(4):
@@ -142,6 +143,7 @@ async def test_lone_requests_that_succeed_or_fail_are_counted_exactly_when_scrap
                 except Exception:
                     pass
             after = await trio.to_thread.run_sync(scrape, server.metrics_port)
+            assert server.groups - groups_before == 12  # the stop log's count: a group each
 
     def delta(name: str) -> float:
         return sample(after, name) - (sample(before, name) if name in before else 0)

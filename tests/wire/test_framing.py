@@ -20,6 +20,7 @@ from lamina.wire.framing import (
     CBORTagged,
     FAST_DECODE_MAX_BYTES,
     FrameReader,
+    decode_frame_item,
     decode_item,
     decode_item_strict,
     encode_frame_header,
@@ -412,6 +413,13 @@ cbor_like_bodies = st.lists(_pieces, min_size=1, max_size=8).map(b"".join)
 @given(st.one_of(cbor_like_bodies, plain_items.map(cbor2.dumps), st.binary(max_size=48)))
 def test_fast_decoder_accepts_and_rejects_exactly_what_the_strict_one_does(body: bytes) -> None:
     assert _outcome(decode_item, body) == _outcome(decode_item_strict, body)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(cbor_like_bodies, plain_items.map(cbor2.dumps), st.binary(max_size=48)))
+def test_a_whole_frame_decodes_exactly_as_its_body_does(body: bytes) -> None:
+    frame = struct.pack(">I", len(body)) + body
+    assert _outcome(decode_frame_item, frame) == _outcome(decode_item_strict, body)
 
 
 @settings(max_examples=200, deadline=None)

@@ -497,8 +497,8 @@ def test_nothing_is_sent_after_the_protocol_error_frame() -> None:
 def test_spliced_responses_answer_their_request() -> None:
     conn = greeted_server()
     conn.receive_data(request(1, "receive") + request(2, "peek"))
-    conn.respond_receive(1, [])
-    conn.respond_peek(2, [], None)
+    conn.respond_answer(1, ReceiveAnswer([]))
+    conn.respond_answer(2, PeekAnswer([], None))
     assert conn.outstanding_count == 0
 
 
