@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lamina.engine import messaging
 from tests.engine.test_settle_short import play, steps, two_copies
+from tests.support import shortpaths
 
 
 def both_paths(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 0
@@ -20,21 +20,9 @@ def both_paths(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 
     """The scenario played from copies of one directory (the same receipt key): with the
     short path, then with the loop alone -> (short's result, the loop's, deletes taken)."""
     base = two_copies(tmp_path, "loop", rewind_s, False)
-    taken = 0
-    short = messaging.delete_lone
-
-    def counting(*args: Any) -> Any:
-        nonlocal taken
-        done = short(*args)
-        taken += done is not None
-        return done
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(messaging, "delete_lone", counting)
-        fast = play(base, scenario, False)
-        patch.setattr(messaging, "delete_lone", lambda *args: None)
-        loop = play(tmp_path / "loop", scenario, False)
-    return fast, loop, taken
+    return shortpaths.both_paths(messaging, "delete_lone",
+                                 lambda: play(base, scenario, False),
+                                 lambda: play(tmp_path / "loop", scenario, False))
 
 
 def test_w4s_deletes_of_one_take_the_short_path_with_the_loops_results(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from lamina.engine.state import LEASED
 from lamina.engine.store import COLUMN_FAMILIES
 from tests.engine.batchrows import noting_batch_rows
 from tests.engine.test_lease_deadlines import raw_store
+from tests.support import shortpaths
 from tests.engine.test_settle_short import START_MS, two_copies
 
 #: How a delete names a receive's receipts: whole, from its second, reversed, twice, the
@@ -136,21 +136,8 @@ def both_paths(tmp_path: Path, scenario: list[tuple[str, Any]], rewind_s: int = 
     """The scenario played from copies of one directory (the same receipt key): with the
     short path, then with the loop alone -> (short's result, the loop's, deletes taken)."""
     base = two_copies(tmp_path, "loop", rewind_s, False)
-    taken = 0
-    short = messaging.delete_run
-
-    def counting(*args: Any) -> Any:
-        nonlocal taken
-        done = short(*args)
-        taken += done is not None
-        return done
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(messaging, "delete_run", counting)
-        fast = play(base, scenario)
-        patch.setattr(messaging, "delete_run", lambda *args: None)
-        loop = play(tmp_path / "loop", scenario)
-    return fast, loop, taken
+    return shortpaths.both_paths(messaging, "delete_run", lambda: play(base, scenario),
+                                 lambda: play(tmp_path / "loop", scenario))
 
 
 def test_four_consumers_batches_deleted_oldest_first_take_the_short_path(tmp_path):

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,7 @@ from lamina.engine.state import DEFAULT_LANE
 from lamina.engine.store import COLUMN_FAMILIES
 from tests.engine.batchrows import noting_batch_rows
 from tests.engine.test_lease_deadlines import raw_store
+from tests.support import shortpaths
 
 START_MS = 1_700_000_000_000
 
@@ -113,21 +113,8 @@ def both_paths(tmp_path: Path, scenario: list[tuple[str, Any]],
     """The scenario played twice from copies of one directory: with the short path, then
     with the general path alone -> (short's result, general's, receives the short path did)."""
     fast_dir, general_dir = dirs or copies(tmp_path)
-    taken = 0
-    short = messaging.lease_run
-
-    def counting(*args: Any) -> Any:
-        nonlocal taken
-        result = short(*args)
-        taken += result is not None
-        return result
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(messaging, "lease_run", counting)
-        fast = run(fast_dir, scenario)
-        patch.setattr(messaging, "lease_run", lambda *args: None)
-        general = run(general_dir, scenario)
-    return fast, general, taken
+    return shortpaths.both_paths(messaging, "lease_run", lambda: run(fast_dir, scenario),
+                                 lambda: run(general_dir, scenario))
 
 
 def test_w2s_consumer_receiving_16_and_deleting_them_takes_the_short_path_alike(tmp_path):

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,7 @@ from lamina.engine.results import Delivery
 from lamina.engine.store import COLUMN_FAMILIES
 from tests.engine.batchrows import noting_batch_rows
 from tests.engine.test_lease_deadlines import raw_store
+from tests.support import shortpaths
 
 START_MS = 1_700_000_000_000
 
@@ -79,21 +79,10 @@ def both_paths(tmp_path: Path, scenario: list[tuple[str, Any]]) -> tuple[Any, An
     with Engine.open(base, clock=FakeClock(START_MS)) as engine:
         engine.create_queue("q")
     shutil.copytree(base, tmp_path / "general")
-    taken = 0
-    short = messaging.lease_first
-
-    def counting(*args: Any) -> Any:
-        nonlocal taken
-        delivery = short(*args)
-        taken += isinstance(delivery, Delivery)  # False / True / None: not leased there
-        return delivery
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(messaging, "lease_first", counting)
-        fast = run(base, scenario)
-        patch.setattr(messaging, "lease_first", lambda *args: None)
-        general = run(tmp_path / "general", scenario)
-    return fast, general, taken
+    # lease_first answers False / True / None when it leased nothing there
+    return shortpaths.both_paths(messaging, "lease_first", lambda: run(base, scenario),
+                                 lambda: run(tmp_path / "general", scenario),
+                                 lambda delivery: isinstance(delivery, Delivery))
 
 
 def test_w4s_receive_one_delete_one_takes_the_short_path_with_the_general_paths_results(
