@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from lamina.bench.stagecost import BODY_BYTES, _import_tree
+from lamina.bench.stagecost import BODY_BYTES, _import_tree, best_of_trees
 
 
 class _Consumers:
@@ -178,25 +176,9 @@ def main(argv: list[str] | None = None) -> None:
     if options.against:
         trees = {"against": str(Path(options.against).resolve()), "this tree": ""}
     rounds = 1 if options.count else options.rounds
-    with tempfile.TemporaryDirectory(prefix="lamina-sharedtag-") as scratch:
-        children = {
-            name: subprocess.Popen(
-                [sys.executable, "-m", "lamina.bench.sharedtag", *shape, "--child", root,
-                 os.path.join(scratch, str(index))],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            for index, (name, root) in enumerate(trees.items())}
-        best: dict[str, dict[str, float]] = {name: {} for name in trees}
-        for turn in range(rounds):  # the order swapped every round
-            for name, child in sorted(children.items(), reverse=bool(turn % 2)):
-                assert child.stdin is not None and child.stdout is not None
-                child.stdin.write(f"{options.calls}\n")
-                child.stdin.flush()
-                for figure, value in json.loads(child.stdout.readline()).items():
-                    best[name][figure] = min(value, best[name].get(figure, value))
-        for child in children.values():
-            assert child.stdin is not None
-            child.stdin.close()
-            child.wait()
+    best = best_of_trees(trees, lambda root, data: [
+        sys.executable, "-m", "lamina.bench.sharedtag", *shape, "--child", root, data],
+        rounds, options.calls)
     if options.count:
         print(json.dumps(best))
         return

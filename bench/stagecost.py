@@ -247,6 +247,31 @@ def _child_main(root: str, data: str, prefill: int) -> None:
     child.engine.close()
 
 
+def best_of_trees(trees: dict[str, str], child_argv: Callable[[str, str], list[str]],
+                  rounds: int, calls: int) -> dict[str, dict[str, float]]:
+    """Each tree in a child process of its own (``child_argv(root, data directory)``), asked
+    in turn for a round of ``calls`` calls (it answers one JSON line of figures), the order
+    swapped every round -> each figure's best over the rounds, by tree."""
+    with tempfile.TemporaryDirectory(prefix="lamina-trees-") as scratch:
+        children = {name: subprocess.Popen(child_argv(root, os.path.join(scratch, str(index))),
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           text=True)
+                    for index, (name, root) in enumerate(trees.items())}
+        best: dict[str, dict[str, float]] = {name: {} for name in trees}
+        for turn in range(rounds):
+            for name, child in sorted(children.items(), reverse=bool(turn % 2)):
+                assert child.stdin is not None and child.stdout is not None
+                child.stdin.write(f"{calls}\n")
+                child.stdin.flush()
+                for figure, value in json.loads(child.stdout.readline()).items():
+                    best[name][figure] = min(value, best[name].get(figure, value))
+        for child in children.values():
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait()
+    return best
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", metavar="DIR", help="a source tree to alternate with")
@@ -261,25 +286,9 @@ def main(argv: list[str] | None = None) -> None:
     trees = {"this tree": ""}
     if options.against:
         trees = {"against": str(Path(options.against).resolve()), "this tree": ""}
-    with tempfile.TemporaryDirectory(prefix="lamina-stagecost-") as scratch:
-        children = {}
-        for index, (name, root) in enumerate(trees.items()):
-            children[name] = subprocess.Popen(
-                [sys.executable, "-m", "lamina.bench.stagecost", "--prefill",
-                 str(options.prefill), "--child", root, os.path.join(scratch, str(index))],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        best: dict[str, dict[str, float]] = {name: {} for name in trees}
-        for _ in range(options.rounds):
-            for name, child in children.items():
-                assert child.stdin is not None and child.stdout is not None
-                child.stdin.write(f"{options.calls}\n")
-                child.stdin.flush()
-                for figure, value in json.loads(child.stdout.readline()).items():
-                    best[name][figure] = min(value, best[name].get(figure, value))
-        for child in children.values():
-            assert child.stdin is not None
-            child.stdin.close()
-            child.wait()
+    best = best_of_trees(trees, lambda root, data: [
+        sys.executable, "-m", "lamina.bench.stagecost", "--prefill", str(options.prefill),
+        "--child", root, data], options.rounds, options.calls)
     names = list(trees)
     print(f"best of {options.rounds} rounds x {options.calls} calls, µs "
           f"({', '.join(names)})")
