@@ -46,6 +46,21 @@ MD5_BYTES = 16
 _LANE_KEY = struct.Struct(">%dsQ" % len(keys.log_lane_prefix(0, 0)))
 
 
+def _note_appended(store: Store, q: QueueState, now: int, first_seq: int) -> None:
+    """The time index and the oldest live message once messages from ``first_seq`` were
+    appended at ``now`` (timeindex.py: the first messages of a millisecond are noted, and
+    indexed when the last index entry is old or far enough behind)."""
+    if now > q.last_time_ms:
+        q.last_time_seq = first_seq
+        if (now - q.indexed_ms >= TIME_EVERY_MS
+                or first_seq - q.indexed_seq >= TIME_EVERY_MESSAGES):
+            store.put(store.time_h, keys.time_key(q.id, now, first_seq), b"")
+            q.indexed_ms, q.indexed_seq = now, first_seq
+        q.last_time_ms = now
+    if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
+        q.oldest_live_ms = now
+
+
 class AppendContext(Protocol):
     """What appending reads of the engine: its store, components, segment limits and the
     operation's ``now``; it persists watermarks and tells of activity through it."""
@@ -224,15 +239,7 @@ class Appender:
         tails = q.lane_tail
         self._count_sent(q, results, messages, sent_count, bytes_in)
         put = store.put
-        if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
-            q.last_time_seq = first_seq
-            if (now - q.indexed_ms >= TIME_EVERY_MS
-                    or first_seq - q.indexed_seq >= TIME_EVERY_MESSAGES):
-                put(store.time_h, keys.time_key(qid, now, first_seq), b"")
-                q.indexed_ms, q.indexed_seq = now, first_seq
-            q.last_time_ms = now
-        if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
-            q.oldest_live_ms = now
+        _note_appended(store, q, now, first_seq)
         # A cursor past the old tail of its lane (exhausted) snaps onto the lane's first
         # new non-delayed message, or past the new tail (TagState invariant). The move is
         # persisted, so reopening never walks a run of delayed messages.
@@ -290,13 +297,10 @@ class Appender:
         if (not 0 < size <= attributes["max_message_size"] or attributes["delay"]
                 or not q.segments or q.next_seq - q.gone_seq >= attributes["max_messages"]):
             return None
-        segment = q.segments[-1]
-        context = self._context
-        if (segment.count >= context.segment_max_messages
-                or segment.size_bytes >= context.segment_max_bytes
-                or now - segment.first_ms >= context.segment_max_age_ms):
-            return None  # ``append`` seals it and opens the next
-        store = context._store
+        segment = self._segment_taking(q, now)
+        if segment is None:
+            return None
+        store = self._context._store
         store.log_appended()
         plain_now, plain_prefix, plain_tail = self._plain
         if plain_now != now:
@@ -320,6 +324,17 @@ class Appender:
         self._finish_plain(q, results, messages, seq, 1, size, segment, now, key)
         return results
 
+    def _segment_taking(self, q: QueueState, now: int) -> Segment | None:
+        """The queue's open segment when it takes messages at ``now``; None when ``append``
+        must seal it and open the next (full, or as old as a segment may grow)."""
+        segment = q.segments[-1]
+        context = self._context
+        if (segment.count >= context.segment_max_messages
+                or segment.size_bytes >= context.segment_max_bytes
+                or now - segment.first_ms >= context.segment_max_age_ms):
+            return None
+        return segment
+
     def _append_run(self, q: QueueState, messages: list[Any], now: int) -> SentColumns | None:
         """``append`` of a run of plain messages (``PLAIN_RUN_FROM`` or more) that the queue
         has room for, starting in an open segment that takes more: ``_append_plain`` without
@@ -330,12 +345,10 @@ class Appender:
         if (attributes["delay"] or not q.segments
                 or q.next_seq - q.gone_seq + count > attributes["max_messages"]):
             return None
-        segment = q.segments[-1]
-        context = self._context
-        if (segment.count >= context.segment_max_messages
-                or segment.size_bytes >= context.segment_max_bytes
-                or now - segment.first_ms >= context.segment_max_age_ms):
+        segment = self._segment_taking(q, now)
+        if segment is None:
             return None
+        context = self._context
         sizes = self._plain_run(messages, attributes["max_message_size"])
         if sizes is None:
             return None
@@ -373,15 +386,7 @@ class Appender:
         else:
             sends[0] += count
             sends[1] += bytes_in
-        if now > q.last_time_ms:  # the first messages of ``now``: timeindex.py
-            q.last_time_seq = first
-            if (now - q.indexed_ms >= TIME_EVERY_MS
-                    or first - q.indexed_seq >= TIME_EVERY_MESSAGES):
-                store.put(store.time_h, keys.time_key(q.id, now, first), b"")
-                q.indexed_ms, q.indexed_seq = now, first
-            q.last_time_ms = now
-        if q.oldest_live_ms < 0:  # nothing was live: the oldest live message is new
-            q.oldest_live_ms = now
+        _note_appended(store, q, now, first)
         for t in q.tags.values():
             cursors = t.cursors
             if t.filter is not None or t.start_ms > now:  # scoped: as ``_finish`` does
