@@ -29,6 +29,9 @@ Rules:
 - Every iterator keeps its ``ReadOptions`` alive until it is done (rocksdict does not): the
   ``Store.scan`` / ``items`` / ``keys`` / ``values`` helpers, or ``collect_lane`` /
   ``collect_lane_values``.
+- A bulk read of the log that RocksDB cannot finish, because the writer beside deleted a
+  table or blob file the view needs after it opened, raises ``SnapshotError``; it never ends
+  early in silence (``_check_read_through``). A ``refresh()`` reads the state as of now.
 - Not thread-safe: one caller at a time.
 """
 
@@ -341,8 +344,29 @@ class Snapshot:
         lower = keys.log_key(queue_id, lane, first_seq)
         options = _scan_options(lower, keys.log_key(queue_id, lane, end_seq))
         rows = list(self.store.log.items(from_key=lower, read_opt=options))
+        self._check_read_through(options, rows[-1][0] + b"\0" if rows else lower)
         del options  # only now
         return rows
+
+    def _check_read_through(self, options: ReadOptions, after: bytes) -> None:
+        """Raise unless a bulk read of the log with ``options`` ended at its upper bound.
+        rocksdict's ``items`` ends silently where RocksDB fails a read (the iterator turns
+        invalid): a table or blob file that the writer beside deleted after this snapshot
+        opened (compacted away, or its rows dropped) cannot be read, and the rows from it on
+        would be missing without an error. One seek past the last row read tells."""
+        it = self.store.log.iter(options)
+        it.seek(after)
+        try:
+            it.status()
+            complete = not it.valid()
+        except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's status
+            raise SnapshotError(
+                f"{self.data_dir}: a file this view was reading is gone (the server beside "
+                f"removed it after the view opened: {exc}); refresh the view or open a new "
+                "one") from None
+        if not complete:
+            raise SnapshotError(f"{self.data_dir}: the log read ended before its bound; "
+                                "refresh the view or open a new one")
 
     def collect_lane_values(self, queue_id: int, lane: int, first_seq: int,
                             end_seq: int) -> list[bytes]:

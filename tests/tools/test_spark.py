@@ -22,7 +22,7 @@ from lamina.engine import Engine  # noqa: E402
 from lamina.engine.records import PREFIX_SIZE, Message  # noqa: E402
 from lamina.tools import spark as lamina_spark  # noqa: E402
 from lamina.tools import sparkscan, sparkstream  # noqa: E402
-from lamina.tools.snapshot import Snapshot  # noqa: E402
+from lamina.tools.snapshot import Snapshot, SnapshotError  # noqa: E402
 from lamina.tools.tagstate import TagStates  # noqa: E402
 
 from tests.support import stores  # noqa: E402
@@ -235,6 +235,34 @@ def test_a_reclaimed_segment_fails_the_read(tmp_path: Path) -> None:
         engine.purge_queue("q")  # gone_seq passes every segment: they are reclaimed
     with pytest.raises(lamina_spark.SegmentGone, match="segment 0 of queue 'q'"):
         list(sparkscan.read_partition(str(path), partitions[0], lamina_spark.SCHEMA))
+
+
+def test_a_read_that_finds_a_file_of_its_view_gone_is_read_again_from_a_fresh_view(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "data"
+    build_plain(path, 300, segment=100)
+    options = sparkscan.ReadOptions.parse({"path": str(path)})
+    with Snapshot(path) as snapshot:
+        partitions = sparkscan.plan(snapshot, options, sparkscan._Bounds())
+    reads = []
+    refreshes = []
+    read = sparkscan._partition_values
+
+    def read_once_failing(snapshot: Snapshot, partition: Any) -> Any:
+        reads.append(partition.segment)
+        if len(reads) == 1:  # as when the server beside removed a file this view was reading
+            raise SnapshotError(f"{path}: a file this view was reading is gone")
+        return read(snapshot, partition)
+
+    monkeypatch.setattr(sparkscan, "_partition_values", read_once_failing)
+    view = sparkscan.executor_snapshot(str(path))
+    refresh = view.refresh
+    monkeypatch.setattr(view, "refresh", lambda: (refreshes.append(1), refresh())[1])
+    rows = [row["seq"] for batch in sparkscan.read_partition(str(path), partitions[0],
+                                                             lamina_spark.SCHEMA)
+            for row in batch.to_pylist()]
+    assert rows == list(range(100))
+    assert reads == [0, 0] and refreshes == [1]
 
 
 def _read_all(path: Path) -> list[Any]:
