@@ -106,7 +106,7 @@ class Scan:
     process (a segmentation fault) when stepped past its end; ``key`` and ``value`` give None
     there."""
 
-    __slots__ = ("_options", "_it", "valid", "key", "value", "next", "prev")
+    __slots__ = ("_options", "_it", "valid", "key", "value", "next", "prev", "check_status")
 
     def __init__(self, family: Rdict, lower: bytes, upper: bytes, last: bool,
                  start: bytes | None = None):
@@ -126,6 +126,9 @@ class Scan:
         self.value = it.value
         self.next = it.next
         self.prev = it.prev
+        # Raises RocksDB's error once ``valid()`` turned False for one (a file that cannot
+        # be read), rather than the end of the range.
+        self.check_status = it.status
 
 
 class LaneScan(Scan):
@@ -421,10 +424,13 @@ class Store:
 
     @staticmethod
     def items(family: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The rows of ``[lower, upper)``; RocksDB's error, should it end the scan early (a
+        file that cannot be read), is raised rather than taken for the end."""
         it = Scan(family, lower, upper, False)
         while it.valid():
             yield it.key(), it.value()
             it.next()
+        it.check_status()
 
     @staticmethod
     def values(family: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
@@ -432,10 +438,12 @@ class Store:
 
     @staticmethod
     def keys(family: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
+        """The keys of ``[lower, upper)``, as ``items``."""
         it = Scan(family, lower, upper, False)
         while it.valid():
             yield it.key()
             it.next()
+        it.check_status()
 
     def close(self) -> None:
         self._readers.clear()

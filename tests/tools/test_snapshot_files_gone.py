@@ -47,6 +47,9 @@ def test_a_read_whose_blob_files_were_deleted_beside_it_fails_and_names_the_caus
             assert not list((path / "db").glob("*.blob"))
             with pytest.raises(SnapshotError, match="a file this view was reading is gone"):
                 list(snapshot.messages(q, 0, 10**9))
+            # the engine's own scan helper (``Store.items``) raises RocksDB's error as well
+            with pytest.raises(Exception, match="No such file or directory"):
+                list(snapshot.lane_rows(q, q.lanes_used[0], 0, 10**9))
             snapshot.refresh()  # the view as of now: the rows are gone, and that reads clean
             assert list(snapshot.messages(snapshot.queue("q"), 0, 10**9)) == []
     finally:
