@@ -7,9 +7,8 @@ send entry.
 
 from __future__ import annotations
 
-import hashlib
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
@@ -19,9 +18,9 @@ from . import keys
 from .counters import BYTES_IN, SENT, Counters
 from .deadlines import Deadlines
 from .errors import LaminaError, QueueFull
-from .records import (CBOR_NULL, ID_LENGTH, PREFIX, RECORD_HEAD, SHORT_BODY_BYTES, body_md5,
+from .records import (CBOR_NULL, ID_LENGTH, PREFIX, RECORD_HEAD, body_md5,
                       cbor_head, cbor_uint, encode_record, md5_for, message_id,
-                      parse_message_id, short_md5)
+                      parse_message_id)
 from .results import Sent, SentColumns
 from .scope import filter_matches
 from .sendentry import _Entry, parse_send_entry
@@ -44,6 +43,16 @@ _PLAIN_TAIL = struct.Struct(">HBBQBQB")
 MD5_BYTES = 16
 #: A log key from the lane's packed prefix (``keys.log_lane_prefix``) and the seq.
 _LANE_KEY = struct.Struct(">%dsQ" % len(keys.log_lane_prefix(0, 0)))
+
+
+def _count_queue_sends(q: QueueState, now: int, count: int, bytes_in: int) -> None:
+    """The queue's daily ``sent`` / ``bytes_in``, held unsaved (counters.py)."""
+    sends = q.unsaved_sends.get(now // DAY_MS)
+    if sends is None:
+        q.unsaved_sends[now // DAY_MS] = [count, bytes_in]
+    else:
+        sends[0] += count
+        sends[1] += bytes_in
 
 
 def _note_appended(store: Store, q: QueueState, now: int, first_seq: int) -> None:
@@ -73,8 +82,6 @@ class AppendContext(Protocol):
     segment_max_messages: int
     segment_max_bytes: int
     segment_max_age_ms: int
-
-    on_activity: Callable[[str], None] | None
 
     def _persist_watermarks(self, q: QueueState) -> None: ...
 
@@ -307,7 +314,7 @@ class Appender:
             plain_prefix, plain_tail = self._plain_parts(now)
         qid, seq = q.id, q.next_seq
         msg_id = b"%08x%016x7" % (qid, seq)  # PROTOCOL.md's id: queue, seq, lane - 1
-        md5 = (short_md5 if size <= SHORT_BODY_BYTES else hashlib.md5)(raw).digest()
+        md5 = body_md5(raw)
         if size != self._lone_size:  # a producer's bodies are mostly of one size
             self._lone_size, self._lone_head = size, cbor_head(2, size)
         record = b"".join((RECORD_HEAD, msg_id, self._lone_head, raw, plain_tail, md5,
@@ -379,13 +386,7 @@ class Appender:
             q.lanes_used.append(lane)
             q.lanes_used.sort()
         tails[lane] = q.next_seq - 1
-        day = now // DAY_MS
-        sends = q.unsaved_sends.get(day)  # the queue's: counters.py
-        if sends is None:
-            q.unsaved_sends[day] = [count, bytes_in]
-        else:
-            sends[0] += count
-            sends[1] += bytes_in
+        _count_queue_sends(q, now, count, bytes_in)
         _note_appended(store, q, now, first)
         for t in q.tags.values():
             cursors = t.cursors
@@ -404,9 +405,7 @@ class Appender:
             self._context._counters.save_sends(q)  # the sends up to its last_seq
         else:  # noted as written all the same: ``_finish``
             store.written.append(key)
-        on_activity = self._context.on_activity  # ``_notify``, in line
-        if on_activity is not None:
-            on_activity(q.name)
+        self._context._notify(q)
 
     @staticmethod
     def _plain_run(messages: list[Any], max_size: int) -> list[int] | None:
@@ -521,12 +520,7 @@ class Appender:
         """Daily ``sent`` / ``bytes_in``: once for the queue, and per tag as
         ``_count_tag_sends`` says."""
         now = self._context._now
-        sends = q.unsaved_sends.get(now // DAY_MS)  # the queue's: counters.py
-        if sends is None:
-            q.unsaved_sends[now // DAY_MS] = [sent_count, bytes_in]
-        else:
-            sends[0] += sent_count
-            sends[1] += bytes_in
+        _count_queue_sends(q, now, sent_count, bytes_in)
         for t in q.tags.values():
             if t.filter is not None or t.start_ms > now:
                 self._count_tag_sends(q, t, results, messages, sent_count, bytes_in)

@@ -289,7 +289,7 @@ class Counters:
         rows, row_keys = self._rows, self._keys
         context = self._context
         store, queues = context._store, context._queues
-        put, meta_h, written = store.batch.put, store.meta_h, store.written
+        put, meta_h = store.put, store.meta_h
         for row_key in dirty:
             row = rows.get(row_key)
             if row is not None:
@@ -304,12 +304,10 @@ class Counters:
                 else:
                     key, t = known
                 if t is None:  # the queue's row (or one of a tag being deleted)
-                    put(key, _ROW.pack(*row), meta_h)
+                    put(meta_h, key, _ROW.pack(*row))
                 else:  # every delivery of the tag so far is counted: its mark
-                    put(key, _MARKED_ROW.pack(*row, t.lease_counter), meta_h)
+                    put(meta_h, key, _MARKED_ROW.pack(*row, t.lease_counter))
                     self._marked.add(row_key[:2])
-                store.pending += 1  # ``Store.put``, in line
-                written.append(key)
         dirty.clear()
 
     def forget(self, queue: int, tag: int | None = None) -> None:

@@ -194,17 +194,10 @@ class Engine(EngineCore):
     def next_deadline(self) -> int | None:
         """The earliest time (ms) at which a message may become Active without a request
         (lease expiry, delay end), or None. A server's timer task sleeps until then."""
-        heap = self._deadlines.wake_heap
-        if heap:
-            top = heap[0]
-            if top[1] in self._queues:
-                return top[0]
-            queues = self._queues
-            while heap and heap[0][1] not in queues:  # a deleted queue's entry
-                heapq.heappop(heap)
-            if heap:
-                return heap[0][0]
-        return None
+        heap, queues = self._deadlines.wake_heap, self._queues
+        while heap and heap[0][1] not in queues:  # a deleted queue's entry
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def process_deadlines(self) -> list[tuple[str, str | None]]:
         """Apply every deadline due by now; -> the (queue, tag) pairs that may have messages

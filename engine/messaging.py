@@ -50,6 +50,15 @@ from .validation import (
 _NO_BATCH = LeaseBatch(b"", b"", [], bytearray())
 
 
+def _floor_held(core: EngineCore, q: QueueState, t: TagState) -> bool:
+    """A lease of ``t`` at ``gone_seq`` holds the tag's floor there, so settling could not
+    raise ``gone_seq`` (``_settle_queue`` stops at it); a dead-letter queue's sources are
+    settled all the same."""
+    at_gone = t.leases.get(q.gone_seq)
+    return (at_gone is not None and at_gone.state == LEASED
+            and not core._dead_sources.get(q.id))
+
+
 class MessagingOps:
     """send / receive / delete / change_visibility and the deadline interface."""
 
@@ -125,12 +134,9 @@ class MessagingOps:
                         record_bytes = sum([len(d.record) for d in deliveries])
                     held = bool(deliveries) and counters.received(
                         q.id, t.id, len(deliveries), record_bytes, lessor.first_in_line)
-            # A message at ``gone_seq`` leased for this tag holds it there (the tag's floor,
-            # which ``_settle_queue`` stops at): a receive that leaves one so — a consumer's
-            # in-order receive, or any while the oldest lease is held — cannot raise it (a
-            # DLQ's sources are settled all the same).
-            at_gone = t.leases.get(q.gone_seq)
-            if at_gone is None or at_gone.state != LEASED or core._dead_sources.get(q.id):
+            # A consumer's in-order receive, or any while the oldest lease is held, leaves
+            # the tag's floor at ``gone_seq``: settling could not raise it.
+            if not _floor_held(core, q, t):
                 core._settle(q, now)
             if held and core._store.pending == rows:
                 # The batch holds this receive's lease rows alone (and perhaps the tag's row):
@@ -217,27 +223,16 @@ class MessagingOps:
                 else:
                     results = self._delete_receipts(q, t, receipts, now, touched, ended)
             deleted = results.count(None)
-            at_gone = t.leases.get(q.gone_seq)
-            if (at_gone is not None and at_gone.state == LEASED
-                    and not core._dead_sources.get(q.id)):
-                # A lease of the tag at ``gone_seq``: its floor is there, so settling could
-                # not raise ``gone_seq`` (``_settle_queue`` stops at it) and there is no
-                # watermarks row: the deletes count in the tag's counter row.
+            if _floor_held(core, q, t):
+                # Settling could not raise ``gone_seq``, so no watermarks row is written: the
+                # deletes count in the tag's counter row.
                 if deleted:
-                    day = now // DAY_MS
-                    if q.unsaved_deletes and q.unsaved_day != day:  # to the counter rows
-                        core._counters.save_deletes(q)
-                        core._persist_watermarks(q)
-                    q.unsaved_day = day
+                    day = self._deletes_day(q, now)
                     core._counters.count_deleted((q.id, t.id, day), deleted)
             else:
                 self._settle_counting(q, t, deleted, now)
             if lone:
-                seq, key, lease = lone
-                if seq >= q.gone_seq:  # as below
-                    store.batch.put(key, Lease.pack(ENDED_DELETED, lease.lane, 0, lease.count,
-                                                    lease.first_ms, 0), store.leases_h)
-                return results
+                ended.append(lone)
             # A lease row (or batch row) wholly below ``gone_seq`` means nothing: opening
             # reads a ``leases`` row below it as deleted and no batch row below it,
             # reclaiming drops both; the watermarks row written with them says so. So the
@@ -257,6 +252,16 @@ class MessagingOps:
                         batch_put(batch.key, batch.row(), batches_h)
             return results
 
+    def _deletes_day(self, q: QueueState, now: int) -> int:
+        """The day a delete at ``now`` counts in; the queue's unsaved deletes of another day
+        go to their counter rows first."""
+        day = now // DAY_MS
+        if q.unsaved_deletes and q.unsaved_day != day:
+            self._core._counters.save_deletes(q)
+            self._core._persist_watermarks(q)
+        q.unsaved_day = day
+        return day
+
     def _settle_counting(self, q: QueueState, t: TagState, deleted: int, now: int) -> None:
         """Settle after ``deleted`` deletes of ``t``, counting them in the watermarks row
         when it is written (``gone_seq`` rose), else in the tag's counter row."""
@@ -266,10 +271,7 @@ class MessagingOps:
         moved = None  # held receive figures moved to the watermarks row (counters.py)
         day = now // DAY_MS
         if deleted:  # unsaved until we know whether the watermarks row is written
-            if unsaved and q.unsaved_day != day:  # another day's: to the counter rows
-                counters.save_deletes(q)
-                core._persist_watermarks(q)
-            q.unsaved_day = day
+            self._deletes_day(q, now)
             unsaved[t.id] = unsaved.get(t.id, 0) + deleted
             if counters.unsaved:  # into the watermarks row too, if it is written
                 moved = counters.hold_in_watermarks(q, t, day)

@@ -78,10 +78,6 @@ def cbor_head(major_type: int, argument: int) -> bytes:
 SHORT_BODY_BYTES = 2048
 
 
-#: The MD5 constructor of bodies up to ``SHORT_BODY_BYTES`` (``md5_for``'s choice for them).
-short_md5: Callable[[bytes], Any] = _builtin_md5
-
-
 def md5_for(size: int) -> Callable[[bytes], Any]:
     """The MD5 constructor quickest for bodies of up to ``size`` bytes: ``md5_for(n)(body)
     .digest()`` is the body's MD5 (the record's ``md5``, the answer's digest), whichever

@@ -31,7 +31,7 @@ from lamina.engine.errors import (
 from lamina.wire.protocol import Request
 
 from .bugs import internal_error
-from .dispatch import OPERATIONS, Answer, Continuation, MapAnswer, check_request
+from .dispatch import Answer, Continuation, MapAnswer, check_request
 from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
@@ -299,10 +299,7 @@ class GroupApplier:
         else:
             self.metrics.observe_lone(op, time.perf_counter() - started)
         if op not in _NO_ENGINE_OPS:  # else only due deadlines moved it (none)
-            deadline = self.engine.next_deadline()  # _set_deadline, in line
-            if deadline != self.deadline_ms:
-                self.deadline_ms = deadline
-                self._on_deadline_changed()
+            self._set_deadline()
         return True
 
     def _deadline_passed(self) -> bool:
@@ -556,10 +553,7 @@ class GroupApplier:
         op, args = request.op, request.args
         answer: Answer
         try:
-            operation = OPERATIONS.get(op)  # check_request's usual case in line: two set tests
-            names = args.keys()
-            if operation is None or not (names <= operation.allowed and operation.needed <= names):
-                operation = check_request(op, args)  # raises the error naming the field
+            operation = check_request(op, args)
             caller = self.caller_of(connection) if self.auth_required else None
             queue = args.get("queue")
             run = operation.run

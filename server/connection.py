@@ -55,7 +55,7 @@ from lamina.wire.protocol import RejectedRequest, Request, ServerConnection, Unk
 from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
 from .bugs import internal_error
 from .dispatch import Answer
-from .inplace import REQUEST_SLICE, answered_now, bounded_answered_now
+from .inplace import REQUEST_SLICE, answered_now, lone_answered_now
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
 from .preauth import pre_auth_answer
@@ -372,9 +372,8 @@ class Connection:
                 drained = len(data) < RECEIVE_CHUNK_BYTES
                 got = proto.receive_request(data)
                 if not isinstance(got, list):  # one request after auth, nothing buffered (so
-                    if not (applier.apply_lone_now(self, got, now)  # no check below)
-                            if got.op not in BOUNDED_ANSWER_OPS else bounded_answered_now(
-                                applier, self, outbox, got, now, max_frame)):
+                    # no check below)
+                    if not lone_answered_now(applier, self, outbox, got, now, max_frame):
                         await self._handle([got], inbox, len(data), now)
                     if not drained:
                         await trio.lowlevel.checkpoint()
@@ -538,14 +537,9 @@ class Connection:
 
     def answer(self, request_id: int, answer: Answer) -> None:
         """Encode and queue the answer to ``request_id`` (never blocks; rule 3)."""
-        outbox = self.outbox
-        try:  # encode_answer in line while nothing is reserved (one call less)
-            frame = (self.encode_answer(request_id, answer) if outbox.reserved_bytes
-                     else self.proto.respond_answer(request_id, answer))
-        except Exception:  # encode_answer words the failure
-            frame = self.encode_answer(request_id, answer)
+        frame = self.encode_answer(request_id, answer)
         if frame is not None:
-            outbox.queue_frame(frame)
+            self.outbox.queue_frame(frame)
             if self._all_answered is not None or self._resume is not None:
                 self._answers_sent()
 

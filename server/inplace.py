@@ -19,7 +19,7 @@ from .budget import BOUNDED_ANSWER_OPS, answer_bound_bytes
 from .outbox import Outbox
 from .ports import Applier, Requester
 
-__all__ = ["REQUEST_SLICE", "answered_now", "bounded_answered_now"]
+__all__ = ["REQUEST_SLICE", "answered_now", "bounded_answered_now", "lone_answered_now"]
 
 #: Requests of one read handed to the applier at a time (connection.py rule 3).
 REQUEST_SLICE = 16
@@ -34,10 +34,7 @@ def answered_now(applier: Applier, requester: Requester, outbox: Outbox, events:
         request = events[0]
         if type(request) is not Request:
             return False
-        if request.op not in BOUNDED_ANSWER_OPS:
-            return applier.apply_lone_now(requester, request, started)  # (rule 3 holds)
-        return bounded_answered_now(applier, requester, outbox, request, started,
-                                    max_frame_bytes)
+        return lone_answered_now(applier, requester, outbox, request, started, max_frame_bytes)
     if len(events) > REQUEST_SLICE:
         return False
     bounded = False
@@ -55,6 +52,14 @@ def answered_now(applier: Applier, requester: Requester, outbox: Outbox, events:
     for request in events:
         outbox.release(request.id)
     return False
+
+
+def lone_answered_now(applier: Applier, requester: Requester, outbox: Outbox,
+                      request: Request, started: float, max_frame_bytes: int) -> bool:
+    """``answered_now`` of a read of one request (after auth)."""
+    if request.op not in BOUNDED_ANSWER_OPS:
+        return applier.apply_lone_now(requester, request, started)  # (rule 3 holds)
+    return bounded_answered_now(applier, requester, outbox, request, started, max_frame_bytes)
 
 
 def bounded_answered_now(applier: Applier, requester: Requester, outbox: Outbox,

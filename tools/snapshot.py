@@ -31,7 +31,9 @@ Rules:
   ``collect_lane_values``.
 - A bulk read of the log that RocksDB cannot finish, because the writer beside deleted a
   table or blob file the view needs after it opened, raises ``SnapshotError``; it never ends
-  early in silence (``_check_read_through``). A ``refresh()`` reads the state as of now.
+  early in silence (``_check_read_through``; ``collect_lane_values`` gives no keys to check
+  by, so its caller compares the count with the seqs it expects). A ``refresh()`` reads the
+  state as of now.
 - Not thread-safe: one caller at a time.
 """
 

@@ -289,15 +289,14 @@ def encode_entries_response(request_id: int, results: list[LaminaError | None]) 
     ``delete_by_id``: per entry null, or the error map of a LaminaError. Byte-identical to
     cbor2.dumps, several times cheaper for the usual all-null batch."""
     count = len(results)
-    if 0x100 <= request_id < 0x10000 and results.count(None) == count:  # the usual answer
+    if results.count(None) == count:  # the usual answer: its tail kept by count
         tail = _NULL_RESULTS.get(count) or _null_results(count)
-        return _U16_FRAMED_HEAD.pack(len(tail) + 5, 0x83, 0x19, request_id, 0xF6) + tail
-    head = _answer_head(request_id, _RESULTS_OPENING, count)
-    if results.count(None) == count:
-        body = head + _NULL * len(results)
+        if 0x100 <= request_id < 0x10000:  # the usual ids: frame header and head in one pack
+            return _U16_FRAMED_HEAD.pack(len(tail) + 5, 0x83, 0x19, request_id, 0xF6) + tail
+        body = _id_head(request_id) + tail
     else:
-        body = head + b"".join([_NULL if entry is None else cbor2.dumps(entry.to_wire())
-                                for entry in results])
+        body = _answer_head(request_id, _RESULTS_OPENING, count) + b"".join(
+            [_NULL if entry is None else cbor2.dumps(entry.to_wire()) for entry in results])
     return _FRAME_HEADER.pack(len(body)) + body
 
 
