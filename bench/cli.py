@@ -52,6 +52,9 @@ dnf install redis; macOS: brew install redis).
 
 The clients sleep on their sockets while waiting for answers, as applications' clients do;
 --client-poll-us makes w4's client poll instead (faster round trips, a core spent polling).
+Where the processes run is the scheduler's choice unless --server-cpus and --client-cpus place
+them; on a virtual machine a server on a CPU of its own is woken from a halt for every awaited
+request, and that is charged to its CPU time.
 
 SQS workloads (boto3 clients, against any SQS endpoint; 256-byte bodies):
   sqs-send     4 processes, SendMessageBatch of 10, 20,000 messages
@@ -84,6 +87,12 @@ def _poll_window(text: str) -> int:
     return value
 
 
+def _cpus(text: str) -> frozenset[int]:
+    """A CPU list (``1``, ``0,1``, ``0-3``) of CPUs this machine lets the bench use."""
+    from .placement import cpus_option
+    return cpus_option(text)
+
+
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
     from lamina.tools.cmdvalues import parse_server  # cheap: no client import
@@ -111,6 +120,10 @@ def add_bench_command(commands: Any) -> None:
                             "default, 100)")
     where.add_argument("--data", type=Path, metavar="DIR",
                        help="data directory of the started server (default: a temporary one)")
+    where.add_argument("--server-cpus", type=_cpus, metavar="LIST",
+                       help="run the servers the bench starts (Lamina's and the peer's) on "
+                            "these CPUs, e.g. 1 or 0-1 (default: where the scheduler puts "
+                            "them)")
     sqs = parser.add_argument_group("the SQS workloads")
     sqs.add_argument("--endpoint", metavar="URL",
                      help="an SQS endpoint to use (--server-pid: its server's pid, for CPU; "
@@ -181,6 +194,10 @@ def add_bench_command(commands: Any) -> None:
                             "socket at once, as applications' clients do)")
     sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
+    sizes.add_argument("--client-cpus", type=_cpus, metavar="LIST",
+                       help="run the client processes on these CPUs, e.g. 0 (default: where "
+                            "the scheduler puts them; with --server-cpus, a CPU of their own "
+                            "makes every awaited request wake the server's)")
     output = parser.add_argument_group("runs and output")
     output.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run each workload N times; report the best (SQS workloads: the "
@@ -292,6 +309,9 @@ def _run(args: argparse.Namespace) -> int:
              "its own setting")
     if args.server is not None and args.busy_poll_us is not None:
         _log("--busy-poll-us with --server: ignored (the running server has its own)")
+    if args.server is not None and args.server_cpus is not None:
+        raise BenchError("--server-cpus places the servers the bench starts; place a running "
+                         "server yourself (taskset -a -c -p LIST PID)")
     many_profiles = len(names) * args.repeat > 1
     best: list[Any] = []
     pairs: list[tuple[Any, Any]] = []
@@ -336,6 +356,26 @@ def _best(runs: list[Any]) -> Any:
     return chosen
 
 
+def _place_server(server: Any, args: argparse.Namespace) -> frozenset[int] | None:
+    """``--server-cpus``: every thread of a server the bench started (``pid``, ``stop()``)
+    onto those CPUs; -> where the kernel now has it (reported with the figures). The server
+    is stopped if that fails."""
+    if args.server_cpus is None:
+        return None
+    from .loadgen import BenchError
+    from .placement import describe, pin_process, placement_of
+    try:
+        pin_process(server.pid, args.server_cpus)
+        placed = placement_of(server.pid)
+        if placed != args.server_cpus:
+            raise BenchError(f"the server (pid {server.pid}) runs on CPUs {describe(placed)}, "
+                             f"not --server-cpus {describe(args.server_cpus)}")
+    except BaseException:
+        server.stop()
+        raise
+    return placed
+
+
 def _log_headline(label: str, result: Any) -> None:
     headline = ", ".join(f"{f.label} {f.value:,.3g} {f.unit}" for f in result.figures
                          if f.target is not None)
@@ -353,12 +393,14 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
     from .workloads import WORKLOADS, Run, drop_backlog, fill_backlog
 
     spawned = None
+    placed = None
     if args.server is None:
         extra = (() if args.busy_poll_us is None
                  else ("--busy-poll-us", str(args.busy_poll_us)))
         spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra,
                                       python=args.server_python)
         address, pid = spawned.address, spawned.pid
+        placed = _place_server(spawned, args)
         _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
     else:
         address, pid = args.server, args.server_pid
@@ -371,7 +413,8 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
         profiler = PySpy(pid, path, gil=args.profile_gil)
     run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
               on_start=profiler.start if profiler else None,
-              on_stop=profiler.stop if profiler else None)
+              on_stop=profiler.stop if profiler else None,
+              client_cpus=args.client_cpus, server_cpus=placed)
     try:
         fill_backlog(run, params)
         result = WORKLOADS[name].run(run, params)
@@ -397,9 +440,11 @@ def _run_peer(peer: Any, name: str, label: str, args: argparse.Namespace, params
     from .workloads import Run
 
     server = peer.start(args.fsync)
+    placed = _place_server(server, args)
     _log(f"{label} {peer.name}: server pid {server.pid} on "
          f"{server.address[0]}:{server.address[1]}")
-    run = Run(server.address, server.pid, args.fsync, args.timeout, args.client_nice)
+    run = Run(server.address, server.pid, args.fsync, args.timeout, args.client_nice,
+              client_cpus=args.client_cpus, server_cpus=placed)
     try:
         if params.backlog:
             peer.fill_backlog(run, params.backlog, params.body_bytes)

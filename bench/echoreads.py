@@ -42,6 +42,8 @@ from typing import Callable
 
 import cbor2
 
+from .placement import Cpus, cpus_option, pin_process, pinned
+
 CHUNK_BYTES = 65536
 REQUEST = b"x" * 24
 SERVERS = ("task", "epoll", "bare")
@@ -223,14 +225,18 @@ def _start(name: str) -> _Started:
 
 
 def measure(servers: list[str], connections: int, rounds: int, requests: int,
-            think_us: float) -> dict[str, list[tuple[float, float]]]:
-    """(server CPU µs a request, requests a second) a round, for each server."""
+            think_us: float, server_cpus: Cpus | None = None
+            ) -> dict[str, list[tuple[float, float]]]:
+    """(server CPU µs a request, requests a second) a round, for each server (each placed on
+    ``server_cpus`` when given)."""
     started: dict[str, _Started] = {}
     conns: dict[str, list[socket.socket]] = {}
     exchanges = {name: EXCHANGES.get(name, EXCHANGES["echo"]) for name in servers}
     try:
         for name in servers:
             server = started[name] = _start(name)
+            if server_cpus is not None:
+                pin_process(server.pid, server_cpus)
             conns[name] = [socket.create_connection(("127.0.0.1", server.port))
                            for _ in range(connections)]
             for conn in conns[name]:
@@ -284,6 +290,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="requests a round (default 20000)")
     parser.add_argument("--think-us", type=float, default=0.0,
                         help="client spins this long before each round trip (default 0)")
+    parser.add_argument("--server-cpus", type=cpus_option, metavar="LIST",
+                        help="run every server on these CPUs, e.g. 1 (default: where the "
+                        "scheduler puts them)")
+    parser.add_argument("--client-cpus", type=cpus_option, metavar="LIST",
+                        help="run the client on these CPUs, e.g. 0 (default: where the "
+                        "scheduler puts it)")
     args = parser.parse_args(argv)
     if args.serve:
         listener = socket.socket()
@@ -297,9 +309,11 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--servers: unknown {', '.join(unknown)} "
                      f"(known: {', '.join(SERVERS + PEERS)})")
-    for connections in args.connections or [1, 4]:
-        results = measure(servers, connections, args.rounds, args.requests, args.think_us)
-        print(report(results, connections, args.think_us), flush=True)
+    with pinned(args.client_cpus):
+        for connections in args.connections or [1, 4]:
+            results = measure(servers, connections, args.rounds, args.requests, args.think_us,
+                              args.server_cpus)
+            print(report(results, connections, args.think_us), flush=True)
 
 
 if __name__ == "__main__":

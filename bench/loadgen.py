@@ -79,10 +79,13 @@ class WorkerSpec:
     args: tuple[Any, ...] = ()
 
 
-def _worker_main(spec: WorkerSpec, index: int, barrier: Any, results: Any, nice: int) -> None:
+def _worker_main(spec: WorkerSpec, index: int, barrier: Any, results: Any, nice: int,
+                 cpus: frozenset[int] | None) -> None:
     """A worker process: connect (inside ``target``), wait at the barrier, run, report."""
     if nice:
         os.nice(nice)
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     cpu_start = time.process_time()
     try:
         recorder = spec.target(index, barrier, *spec.args)
@@ -98,15 +101,18 @@ def _worker_main(spec: WorkerSpec, index: int, barrier: Any, results: Any, nice:
 def run_workers(specs: list[WorkerSpec], *, timeout_s: float,
                 on_start: Callable[[], None] | None = None,
                 on_stop: Callable[[], None] | None = None,
-                nice: int = 0) -> tuple[dict[str, list[Any]], float]:
+                nice: int = 0, cpus: frozenset[int] | None = None
+                ) -> tuple[dict[str, list[Any]], float]:
     """Run one process per spec, released together; -> (series name -> per-process samples,
     the workers' total CPU seconds). ``on_start`` runs as they are released (start the
     server's CPU count, the profiler), ``on_stop`` when the last one finished. ``nice``
-    lowers the workers' scheduling priority (``--client-nice``)."""
+    lowers the workers' scheduling priority (``--client-nice``); ``cpus`` places them
+    (``--client-cpus``)."""
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(len(specs) + 1)
     results = context.Queue()
-    processes = [context.Process(target=_worker_main, args=(spec, index, barrier, results, nice),
+    processes = [context.Process(target=_worker_main, args=(spec, index, barrier, results, nice,
+                                                             cpus),
                                  daemon=True) for index, spec in enumerate(specs)]
     for process in processes:
         process.start()

@@ -81,6 +81,7 @@ class SqsParams:
     wait_s: int = 1
     timeout_s: float = 600.0
     client_nice: int = 0
+    client_cpus: frozenset[int] | None = None  # --client-cpus
 
 
 # --- The server's CPU ---------------------------------------------------------------------------
@@ -91,9 +92,8 @@ def _stat_fields(pid: int) -> list[str]:
     return stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is the state
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds (utime + stime, and the waited-for children's cutime + cstime) of process
-    ``pid`` and of every live process under it."""
+def process_tree(pid: int) -> set[int]:
+    """Process ``pid`` and every live process under it."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -107,8 +107,14 @@ def tree_cpu_seconds(pid: int) -> float:
         children = [child for child, ppid in parents.items() if ppid == parent]
         tree.update(children)
         frontier.extend(children)
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (utime + stime, and the waited-for children's cutime + cstime) of process
+    ``pid`` and of every live process under it."""
     total = 0
-    for member in tree:
+    for member in process_tree(pid):
         try:
             fields = _stat_fields(member)
         except OSError:
@@ -122,7 +128,8 @@ def tree_cpu_seconds(pid: int) -> float:
 # --- Client processes ---------------------------------------------------------------------------
 
 
-def _spawn(endpoint: Endpoint, job: dict[str, Any], nice: int) -> tuple[subprocess.Popen[str], Any]:
+def _spawn(endpoint: Endpoint, job: dict[str, Any], nice: int, cpus: frozenset[int] | None
+           ) -> tuple[subprocess.Popen[str], Any]:
     log = tempfile.TemporaryFile("w+")
     try:
         process = subprocess.Popen([endpoint.python, str(CLIENT_SCRIPT)], stdin=subprocess.PIPE,
@@ -131,7 +138,8 @@ def _spawn(endpoint: Endpoint, job: dict[str, Any], nice: int) -> tuple[subproce
         log.close()
         raise BenchError(f"cannot run the client interpreter {endpoint.python}: {exc}") from None
     assert process.stdin is not None
-    process.stdin.write(json.dumps({**job, "nice": nice}) + "\n")
+    placement = {} if cpus is None else {"cpus": sorted(cpus)}
+    process.stdin.write(json.dumps({**job, "nice": nice, **placement}) + "\n")
     process.stdin.flush()
     return process, log
 
@@ -166,7 +174,7 @@ def _client_error(message: str, code: str | None) -> BenchError:
 
 def admin(endpoint: Endpoint, ops: list[dict[str, Any]], timeout_s: float = 600.0) -> list[Any]:
     """Run set-up operations (``create``, ``count``, ``delete``) in one client process."""
-    process, log = _spawn(endpoint, endpoint.job(mode="admin", ops=ops), 0)
+    process, log = _spawn(endpoint, endpoint.job(mode="admin", ops=ops), 0, None)
     timer = threading.Timer(timeout_s, process.kill)
     timer.start()
     try:
@@ -190,7 +198,8 @@ class ClientRun:
 def run_clients(endpoint: Endpoint, jobs: list[dict[str, Any]], params: SqsParams) -> ClientRun:
     """Start one client process per job, wait until all are ready, release them together and
     collect their samples; the server's CPU is read at the release and after the last answer."""
-    started = [_spawn(endpoint, endpoint.job(mode="worker", **job), params.client_nice)
+    started = [_spawn(endpoint, endpoint.job(mode="worker", **job), params.client_nice,
+                      params.client_cpus)
                for job in jobs]
     timed_out = threading.Event()
 

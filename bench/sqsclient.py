@@ -239,6 +239,8 @@ def main() -> int:
         job = json.loads(sys.stdin.readline())
         if job.get("nice"):
             os.nice(job["nice"])
+        if job.get("cpus"):
+            os.sched_setaffinity(0, job["cpus"])
         _say({"ok": run_admin(job) if job["mode"] == "admin" else run_worker(job)})
         return 0
     except Exception as exc:

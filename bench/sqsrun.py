@@ -145,6 +145,11 @@ def started_peer(name: str, args: argparse.Namespace, python: str | None) -> Ite
 
 def _endpoint(args: argparse.Namespace, name: str, url: str, pid: int | None,
               python: str | None) -> Endpoint:
+    if pid is not None and args.server_cpus is not None and args.endpoint is None:
+        from .placement import pin_process
+        from .sqsbench import process_tree
+        for member in process_tree(pid):  # a peer's script may start it under a launcher
+            pin_process(member, args.server_cpus)
     return Endpoint(name, url, python or sys.executable, pid, region=args.region,
                     access_key=args.access_key or os.environ.get("AWS_ACCESS_KEY_ID", "test"),
                     secret_key=args.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY",
@@ -153,6 +158,9 @@ def _endpoint(args: argparse.Namespace, name: str, url: str, pid: int | None,
 
 def _systems(args: argparse.Namespace, stack: ExitStack) -> list[Endpoint]:
     if args.endpoint is not None:
+        if args.server_cpus is not None:
+            raise BenchError("--server-cpus places the servers the bench starts; place a "
+                             "running server yourself (taskset -a -c -p LIST PID)")
         first = _endpoint(args, args.endpoint, args.endpoint, args.server_pid, args.python)
     elif args.start in (None, "lamina"):
         first = stack.enter_context(started_lamina(args))
@@ -186,7 +194,7 @@ class Outcome:
 def _params(args: argparse.Namespace) -> SqsParams:
     return SqsParams(processes=args.processes or 4, messages=args.messages,
                      body_bytes=args.body_bytes, groups=args.groups, timeout_s=args.timeout,
-                     client_nice=args.client_nice)
+                     client_nice=args.client_nice, client_cpus=args.client_cpus)
 
 
 def run_sqs(args: argparse.Namespace, names: list[str]) -> int:

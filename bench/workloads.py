@@ -39,6 +39,7 @@ from lamina.engine.errors import QueueNotFound
 from lamina.client import Client
 
 from .loadgen import BenchError, SeriesFigures, WorkerSpec, first_start, run_workers, summarize
+from .placement import Cpus, describe, pinned
 from .spawn import ProcessStats, rss_bytes
 from .workers import (
     check_results,
@@ -94,6 +95,10 @@ class Run:
     client_nice: int = 0
     on_start: Callable[[], None] | None = None
     on_stop: Callable[[], None] | None = None
+    #: ``--client-cpus``: the CPUs of the client processes (and of the bench's own client in
+    #: ``idle`` and ``cost``); ``--server-cpus``: the server's, reported with the figures.
+    client_cpus: Cpus | None = None
+    server_cpus: Cpus | None = None
 
     def client(self) -> Client:
         return Client.connect(*self.address, timeout=30)
@@ -194,7 +199,8 @@ def measure(run: Run, specs: list[WorkerSpec]) -> tuple[dict[str, list[Any]], Pr
             stats.stop()
 
     samples, client_cpu_s = run_workers(specs, timeout_s=run.timeout_s, on_start=on_start,
-                                        on_stop=on_stop, nice=run.client_nice)
+                                        on_stop=on_stop, nice=run.client_nice,
+                                        cpus=run.client_cpus)
     return samples, stats, client_cpu_s
 
 
@@ -218,6 +224,10 @@ def _cost_figures(result: WorkloadResult, stats: ProcessStats | None, client_cpu
 def new_result(name: str, run: Run, params: Params, **used: Any) -> WorkloadResult:
     if run.client_nice:
         used["client_nice"] = run.client_nice
+    if run.client_cpus is not None:
+        used["client_cpus"] = describe(run.client_cpus)
+    if run.server_cpus is not None:
+        used["server_cpus"] = describe(run.server_cpus)
     if params.backlog:
         used["backlog"] = params.backlog
     return WorkloadResult(name, WORKLOADS[name].title, {**used}, run.fsync)
@@ -414,6 +424,12 @@ def run_idle(run: Run, params: Params) -> WorkloadResult:
         raise BenchError("the idle workload reads the server's memory: let the bench start the "
                          "server, or pass --server-pid")
     _raise_open_files_limit(connections)
+    with pinned(run.client_cpus):
+        return _measure_idle(run, result, connections)
+
+
+def _measure_idle(run: Run, result: WorkloadResult, connections: int) -> WorkloadResult:
+    assert run.server_pid is not None
     for _ in range(10):  # warm up the accept path, so its first-use costs are in the baseline
         run.client().close()
     time.sleep(0.5)
@@ -452,7 +468,14 @@ def run_cost(run: Run, params: Params) -> WorkloadResult:
     if run.server_pid is None:
         raise BenchError("the cost workload reads the server's CPU time: let the bench start "
                          "the server, or pass --server-pid")
+    with pinned(run.client_cpus):
+        return _measure_cost(run, params, result, count)
+
+
+def _measure_cost(run: Run, params: Params, result: WorkloadResult, count: int
+                  ) -> WorkloadResult:
     from .spawn import cpu_seconds
+    assert run.server_pid is not None
     queue = "bench-cost"
     _fresh_queue(run, queue)
     body = os.urandom(params.body_bytes)

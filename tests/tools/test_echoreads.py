@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
 import pytest
 
 from lamina.bench import echoreads
+from lamina.bench.placement import pin_process, placement_of
 
 
 @pytest.mark.slow
@@ -28,6 +30,25 @@ def test_echoreads_names_an_unknown_server(capsys):
     with pytest.raises(SystemExit):
         echoreads.main(["--servers", "task,reactor"])
     assert "--servers: unknown reactor" in capsys.readouterr().err
+
+
+def test_echoreads_places_the_servers_and_the_client_where_asked(capsys, monkeypatch):
+    one = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    placed: list[frozenset[int]] = []
+    client: list[set[int]] = []
+
+    def pin_and_look(pid: int, cpus: frozenset[int]) -> None:
+        pin_process(pid, cpus)
+        placed.append(placement_of(pid))
+        client.append(os.sched_getaffinity(0))
+
+    monkeypatch.setattr(echoreads, "pin_process", pin_and_look)
+    echoreads.main(["--servers", "bare,task", "--rounds", "1", "--requests", "50",
+                    "--connections", "1", "--server-cpus", str(one), "--client-cpus", str(one)])
+    assert placed == [{one}, {one}] and client == [{one}, {one}]
+    assert os.sched_getaffinity(0) == before  # the caller's own placement is given back
+    assert capsys.readouterr().out.count("connection(s)") == 1
 
 
 def _figures(out: str, name: str) -> tuple[float, float, float]:

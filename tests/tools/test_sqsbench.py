@@ -155,7 +155,9 @@ def test_lamina_gateway_started_and_measured(lamina: Any) -> None:
     if not _has_sqs_gateway():
         pytest.skip("this build's lamina serve has no --sqs-port")
     pytest.importorskip("boto3", reason="boto3 (a dev dependency) is not installed")
-    document = _document(lamina(None, "bench", "sqs", "--start", "lamina", *TINY))
+    one = str(min(os.sched_getaffinity(0)))  # placed, as a run can be: the same figures come
+    document = _document(lamina(None, "bench", "sqs", "--start", "lamina", *TINY,
+                                "--server-cpus", one, "--client-cpus", one))
     assert document["systems"] == ["lamina"]
     for workload in ("sqs-send", "sqs-consume", "sqs-rounds"):
         figures = _figures(document, "lamina", workload)
@@ -187,6 +189,12 @@ def test_sqs_and_protocol_workloads_run_in_separate_commands(lamina: Any) -> Non
     assert ran.code == 1 and "SQS workloads run in a command of their own" in ran.err
     ran = lamina(None, "bench", "sqs", "--endpoint", "http://127.0.0.1:9", "--start", "moto")
     assert ran.code == 1 and "give one" in ran.err
+
+
+def test_a_running_endpoint_is_not_placed_by_the_bench(lamina: Any) -> None:
+    ran = lamina(None, "bench", "sqs-send", "--endpoint", "http://127.0.0.1:9",
+                 "--server-cpus", str(min(os.sched_getaffinity(0))))
+    assert ran.code == 1 and "place a running server yourself" in ran.err
 
 
 def test_server_cpu_counts_the_processes_under_it() -> None:
