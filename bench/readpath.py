@@ -1,5 +1,5 @@
 """A read of one request through the server's read loop, in process: what it executes and what
-it costs, around the engine (the table of docs/PERFORMANCE.md, "A lone request's read, cut").
+it costs, around the engine (docs/PERFORMANCE.md, "Where a request's time goes now").
 
     python -m lamina.bench.readpath count          # bytecodes and calls a read, by package
     python -m lamina.bench.readpath time           # µs a read, best of --rounds rounds

@@ -1,5 +1,5 @@
 """Stage costs of a request in process (no sockets): decode, apply (dispatch + engine), encode,
-and the engine alone — the table of docs/PERFORMANCE.md.
+and the engine alone — the table of docs/PERFORMANCE.md, "Where a request's time goes now".
 
     python -m lamina.bench.stagecost                 # this tree
     python -m lamina.bench.stagecost --against DIR   # alternated with the source tree DIR

@@ -1,7 +1,7 @@
 """The ``--fsync`` cycle in process: a group of one send of 16 × 256 B, then ``sync_wal``, on a
 WAL that is a new file and on one written over a recycled WAL file; and RocksDB alone, a write
-and its sync by each way to sync it (docs/PERFORMANCE.md, "The ``--fsync`` sync: WAL files
-recycled"). Reports wall and CPU µs a cycle.
+and its sync by each way to sync it (docs/PERFORMANCE-HISTORY.md, "The ``--fsync`` sync: WAL
+files recycled"). Reports wall and CPU µs a cycle.
 
     /tmp/venv/bin/python -m pytest bench/micro/test_walsync_bench.py -q --benchmark-only
 """
