@@ -80,3 +80,34 @@ def test_a_view_opened_after_the_removal_reads_clean(tmp_path: Path,
         _drop_log_files(engine)
     assert inspect.main([str(data), "dump", "q"]) == 0
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_command_reading_the_store_itself_reports_a_file_it_could_not_read_alike(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Commands read ``snapshot.store`` directly too (``verify``'s row counts): RocksDB's
+    error from there reads the same."""
+    data = tmp_path / "data"
+    _engine_with_flushed_rows(data, BLOB_BODY).close()
+    gone = data / "db" / "000123.blob"
+
+    def failing_read(snapshot: Snapshot, args: Any, out: Any) -> int:
+        raise Exception(f"IO error: No such file or directory: while stat a file for size: "
+                        f"{gone}: No such file or directory")
+
+    monkeypatch.setitem(inspect._COMMANDS, "queues", failing_read)
+    assert inspect.main([str(data), "queues"]) == EXIT_USAGE
+    _assert_one_clear_line(capsys.readouterr().err, data)
+
+
+def test_any_other_exception_of_a_command_is_not_taken_for_a_read_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "data"
+    _engine_with_flushed_rows(data, BLOB_BODY).close()
+
+    def failing(snapshot: Snapshot, args: Any, out: Any) -> int:
+        raise Exception("not RocksDB's")
+
+    monkeypatch.setitem(inspect._COMMANDS, "queues", failing)
+    with pytest.raises(Exception, match="not RocksDB's"):
+        inspect.main([str(data), "queues"])
