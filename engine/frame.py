@@ -121,8 +121,8 @@ class OperationFrame:
             raise exc
         failure = read_failure(exc)
         if failure is not None:
-            log.error("storage read failed, nothing changed: %s; check the disk of the data "
-                      "directory (`lamina inspect DATA_DIR verify` reads every record)",
+            log.error("storage read failed, nothing changed: %s; check the data directory "
+                      "(`lamina inspect DATA_DIR verify` names a file it cannot read)",
                       failure.describe(), extra={"event": "read_failed", "file": failure.file})
             self._core._read_failed()
             raise Unavailable(f"storage read failed, nothing changed: {failure.describe()}"
