@@ -66,14 +66,15 @@ CHURN_FAMILIES = ("leases", "leasebatches", "delays", "delayseq", "topics")
 
 
 #: How RocksDB's message begins when it could not read a file (rocksdict raises it as a bare
-#: ``Exception``): a table or blob file missing, unreadable or damaged.
-_READ_FAILURE_PREFIXES = ("IO error: ", "Corruption: ")
+#: ``Exception``): an I/O error naming a table or blob file (one missing or unreadable; an
+#: I/O error of the WAL, the manifest or the LOCK is not a read's), or damage found.
+_IO_ERROR, _CORRUPTION = "IO error: ", "Corruption: "
 _DATA_FILE = re.compile(r"(/\S+?\.(?:sst|blob))\b")
 
 
 @dataclass(frozen=True)
 class ReadFailure:
-    """RocksDB could not read a file a read needed. Raised by rocksdict as a bare
+    """RocksDB could not read a file a read needed. rocksdict raises that as a bare
     ``Exception`` from a point read (``get``, ``get_entity``, a multi-get), an iterator's
     ``status()`` (``Scan.check_status``) or a positioning that loads a blob value."""
 
@@ -94,10 +95,10 @@ def read_failure(exc: BaseException) -> ReadFailure | None:
     if type(exc) is not Exception:
         return None
     text = str(exc)
-    if not text.startswith(_READ_FAILURE_PREFIXES):
-        return None
     match = _DATA_FILE.search(text)
-    return ReadFailure(text, match.group(1) if match else None)
+    if text.startswith(_CORRUPTION) or (match is not None and text.startswith(_IO_ERROR)):
+        return ReadFailure(text, match.group(1) if match else None)
+    return None
 
 
 def _options(memory: StoreMemory, name: str | None = None) -> Options:

@@ -141,10 +141,7 @@ def run_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
             try:
                 return handler(snapshot, args, out)
             except Exception as exc:  # a read of ``snapshot.store`` RocksDB failed on a file
-                error = snapshot.read_error(exc)
-                if error is exc:
-                    raise
-                raise error from None
+                snapshot.raise_read_error(exc)
     except (LaminaError, SnapshotError, ValueError) as exc:
         print(f"lamina inspect: {exc}", file=sys.stderr)
         return EXIT_USAGE

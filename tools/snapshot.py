@@ -36,8 +36,8 @@ Rules:
   state as of now.
 - Any other read of this class that RocksDB fails on a file (rocksdict raises RocksDB's
   message as a bare ``Exception``) raises ``SnapshotReadError``, naming the file
-  (``read_error``); callers reading ``store`` directly turn what they catch with
-  ``read_error`` too.
+  (``read_error``); callers reading ``store`` directly raise what they catch with
+  ``raise_read_error``.
 - Not thread-safe: one caller at a time.
 """
 
@@ -163,7 +163,7 @@ def _reads(method: _Method) -> _Method:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            self._raise_read_error(exc)
+            self.raise_read_error(exc)
     return reading  # type: ignore[return-value]
 
 
@@ -278,7 +278,7 @@ class Snapshot:
             "have removed it after the read began: run the command again (refresh the "
             "view); if it fails again, the data directory is damaged", failure.file)
 
-    def _raise_read_error(self, exc: Exception) -> NoReturn:
+    def raise_read_error(self, exc: Exception) -> NoReturn:
         """Raise ``read_error(exc)`` (``exc`` as it is when it is not one)."""
         error = self.read_error(exc)
         if error is exc:
@@ -290,7 +290,7 @@ class Snapshot:
         try:
             yield from rows
         except Exception as exc:
-            self._raise_read_error(exc)
+            self.raise_read_error(exc)
 
     @_reads
     def _load(self) -> dict[int, QueueState]:
@@ -422,7 +422,7 @@ class Snapshot:
             it.status()
             complete = not it.valid()
         except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's status
-            self._raise_read_error(exc)
+            self.raise_read_error(exc)
         if not complete:
             raise SnapshotError(f"{self.data_dir}: the log read ended before its bound; "
                                 "refresh the view or open a new one")

@@ -131,5 +131,7 @@ def test_rocksdb_read_errors_are_recognised_with_the_file_they_name(message: str
 
 def test_other_exceptions_are_not_read_failures() -> None:
     assert read_failure(Exception("Invalid argument: Column family not found")) is None
+    assert read_failure(Exception("IO error: No space left on device: While appending to "
+                                  "file: /d/db/000004.log")) is None  # a write's
     assert read_failure(OSError("IO error: not RocksDB's")) is None
     assert read_failure(ValueError("Corruption: not RocksDB's")) is None
