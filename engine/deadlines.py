@@ -46,6 +46,7 @@ class Deadlines:
             q.next_delay_wake_ms = due
             heappush(self.wake_heap, (due, q.id, 0))
         else:
+            it.check_status()  # RocksDB's error, not the end of the delays
             q.next_delay_wake_ms = -1
 
     def delay_ends_at(self, q: QueueState, visible_ms: int) -> None:

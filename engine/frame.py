@@ -4,7 +4,10 @@ On entry: the engine clock's ``now``, and the dead-letter moves and topic-head l
 by then (each written as its own batch, so the operation reads them). On exit: what the
 operation changed written as one atomic batch (and the WAL synced with ``fsync`` outside a
 group); a failed write becomes ``Unavailable`` (nothing changed), a bug ``InternalError``
-once memory is rebuilt from the store (rules 1 and 2 of core.py).
+once memory is rebuilt from the store (rules 1 and 2 of core.py). A read that RocksDB fails (a
+table or blob file missing or damaged) becomes ``Unavailable`` as well, once memory is rebuilt
+from the store: what the operation changed in memory before the read failed is undone, and
+nothing of it was written.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, Protocol
 from .clock import EngineClock
 from .deadlines import Deadlines
 from .errors import InternalError, LaminaError, Unavailable
+from .store import read_failure
 
 log = logging.getLogger("lamina.engine")
 
@@ -47,6 +51,8 @@ class FrameContext(Protocol):
 
     def _recover(self) -> None: ...
 
+    def _read_failed(self) -> None: ...
+
 
 class OperationFrame:
     """The operation frame (``EngineCore._operation``) as a plain context manager: a
@@ -61,7 +67,7 @@ class OperationFrame:
         core = self._core
         if core._closed:
             raise Unavailable("the engine is closed")
-        if core._broken is not None:  # a write failed: reopen the store first (recovery.py)
+        if core._broken is not None:  # a write (or a rebuild) failed: recovery.py first
             core._ensure_store()
         now = core._now = core._clock.now()
         deadlines = core._deadlines
@@ -106,12 +112,21 @@ class OperationFrame:
 
     def _raise_failure(self, exc: BaseException) -> None:
         """Raise what an operation that failed with ``exc`` raises: ``Unavailable`` for a
-        failed write (nothing changed), a ``LaminaError`` as it is, anything else (a bug)
+        failed write (nothing changed), a ``LaminaError`` as it is, ``Unavailable`` for a
+        failed read once memory is rebuilt from the store, anything else (a bug)
         ``InternalError`` once memory is rebuilt from the store (rule 2)."""
         if isinstance(exc, WriteFailed):
             raise Unavailable(f"storage write failed, nothing changed: {exc}") from None
         if isinstance(exc, LaminaError):
             raise exc
+        failure = read_failure(exc)
+        if failure is not None:
+            log.error("storage read failed, nothing changed: %s; check the data directory "
+                      "(`lamina inspect DATA_DIR verify` names a file it cannot read)",
+                      failure.describe(), extra={"event": "read_failed", "file": failure.file})
+            self._core._read_failed()
+            raise Unavailable(f"storage read failed, nothing changed: {failure.describe()}"
+                              ) from None
         log.error("internal error; rebuilding state from the store", exc_info=exc)
         self._core._recover()
         raise InternalError(f"{type(exc).__name__}: {exc}") from exc

@@ -124,6 +124,8 @@ class InspectionOps:
             it = Store.scan(self._core._store.log, lower, upper)
             if it.valid():
                 heads.append((keys.log_seq(it.key()), lane, it.value(), it))
+            else:
+                it.check_status()  # RocksDB's error, not an empty lane
         out: list[Peeked] = []
         room = max_bytes
         last_id = None
@@ -133,6 +135,8 @@ class InspectionOps:
             it.next()
             if it.valid():
                 heads.append((keys.log_seq(it.key()), lane, it.value(), it))
+            else:
+                it.check_status()
             enqueue_ms = PREFIX.unpack_from(value)[0]
             if enqueue_ms < start_ms or not in_scope(t, seq, enqueue_ms,
                                                            value[PREFIX_SIZE:]):

@@ -111,6 +111,7 @@ def find(store: Store, queue_id: int, tag_id: int, lane: int, seq: int) -> Lease
     lower, upper = keys.batch_lane_bounds(queue_id, tag_id, lane, seq)
     it = Store.scan(store.leasebatches, lower, upper)
     if not it.valid():
+        it.check_status()  # RocksDB's error, not a missing row
         return None
     for found, lease in as_leases(lane, it.key(), it.value(), seq):
         if found == seq:
@@ -137,5 +138,7 @@ def cut(store: Store, queue_id: int, tag_id: int, lane: int, from_seq: int
                                batch.states[:keep])
             store.put(store.leasebatches_h, key, batch.row())
             kept = (old_key, batch)
+    else:
+        it.check_status()  # RocksDB's error, not a lane without rows
     store.delete_range(store.leasebatches_h, lower, upper)
     return kept

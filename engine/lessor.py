@@ -14,7 +14,7 @@ from .core import EngineCore
 from .leasebatch import LeaseBatch, encode_head
 from .receipts import pack_body as pack_body_
 from .results import Delivery, FirstDeliveries, Peeked
-from .scope import in_scope, skip_settled, topic_gate
+from .scope import in_scope, lane_end, skip_settled, topic_gate
 from .state import DEAD_MARK, LEASED, Lease, QueueState, TagState
 from .store import LaneWalk, Scan, Store
 
@@ -319,6 +319,7 @@ class Lessor:
                         self._delays_done(delay[0])
                         delays = delay = None
                 else:
+                    delays.check_status()  # RocksDB's error, not the end of the delays
                     self._delays_done(NEVER)
                     delays = None
             if timer is None and delay is None:
@@ -488,7 +489,7 @@ class Lessor:
             if self.dry_run:
                 continue
             cursor = skip_settled(t, it, tail) if have >= count \
-                else (keys.log_seq(it.key()) if it.valid() else tail + 1)
+                else (keys.log_seq(it.key()) if it.valid() else lane_end(it, tail))
             if cursor != t.cursors[lane]:
                 t.cursors[lane] = cursor
                 self.cursor_moved = True

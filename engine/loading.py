@@ -36,6 +36,8 @@ def read_queue(store: Store, queue_id: int, definition: dict[str, Any],
         if it.valid():
             q.lane_tail[lane] = keys.log_seq(it.key())
             q.lanes_used.append(lane)
+        else:
+            it.check_status()  # RocksDB's error, not an empty lane
     q.next_seq = max(q.next_seq, max(q.lane_tail) + 1)
     lower, upper = keys.queue_bounds(queue_id)
     for key, value in Store.items(store.segments, lower, upper):

@@ -16,6 +16,14 @@ does not expose ``DB::Resume``). So:
    (``Unavailable``, nothing changed) and reads are answered.
 3. If a reopen fails (the room was not enough, or descriptors are still short), the store
    stays closed and every operation answers ``Unavailable`` until a later attempt opens it.
+4. A read that RocksDB fails (a table or blob file missing or damaged) fails its operation
+   with ``Unavailable`` once memory is rebuilt from the store, as after a bug (core.py rule
+   2): the operation may have changed memory ahead of its writes, and none of them was
+   written. Should the rebuild fail too (it reads the same file), memory is not to be
+   trusted: every operation answers ``Unavailable`` while a new rebuild (tried before an
+   operation, at most every ``REOPEN_INTERVAL_S``) fails. The store stays open: RocksDB
+   reads a file again from its path (one put back, say), and closing it would wait for
+   the iterators the failed operation left behind.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import cbor2
 
 from . import keys
 from .errors import Unavailable
-from .store import Store
+from .store import Store, read_failure
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -85,11 +93,14 @@ class StoreRecovery:
 
         def _load_queue(self, queue_id: int, definition: dict[str, Any]) -> QueueState: ...
 
+        def _recover(self) -> None: ...
+
     def _init_recovery(self) -> None:
         self._broken: str | None = None  # the error of the failed write, while not recovered
         self._store_open = True
         self._failed_queues: set[int] = set()
         self._next_reopen_s = 0.0
+        self._unloaded: str | None = None  # rule 4: why the last rebuild failed
 
     def _write_failed(self, exc: Exception) -> None:
         """Rule 1: drop the pending batch and rebuild what it would have changed."""
@@ -101,6 +112,32 @@ class StoreRecovery:
         log.error("storage write failed: %s", self._broken,
                   extra={"event": "write_failed", "queues": len(touched)})
         self._reload(touched)
+
+    def _read_failed(self) -> None:
+        """Rule 4: rebuild memory from the store; should that fail, refuse every operation
+        until a rebuild succeeds."""
+        self._rebuild()
+        if self._unloaded is not None:
+            log.error("rebuilding state from the store failed, every operation answers "
+                      "Unavailable until it succeeds: %s", self._unloaded,
+                      extra={"event": "reload_failed"})
+
+    def _rebuild(self) -> None:
+        """Rule 4: rebuild all of memory from the store (``_unloaded`` None once done)."""
+        if self._broken is None or self._broken == self._unloaded:
+            self._broken = None  # not a failed write's: it goes with a rebuild
+        try:
+            self._recover()
+        except Exception as exc:
+            failure = read_failure(exc)
+            self._unloaded = (failure.describe() if failure is not None
+                              else str(exc) or type(exc).__name__)
+            if self._broken is None:
+                self._broken = self._unloaded  # the frame calls ``_ensure_store`` first
+            return
+        if self._unloaded is not None:
+            self._unloaded = None
+            log.warning("state rebuilt from the store", extra={"event": "store_reloaded"})
 
     def _reload(self, queue_ids: Iterable[int]) -> None:
         """Rebuild the given queues (and the caches of shared rows) from the store."""
@@ -120,8 +157,16 @@ class StoreRecovery:
                 self._load_queue(queue_id, cbor2.loads(definition))
 
     def _ensure_store(self) -> None:
-        """Rules 2 and 3, before an operation while the store is broken."""
+        """Rules 2 to 4, before an operation while the store is broken."""
         now_s = time.monotonic()
+        if self._unloaded is not None:
+            if now_s >= self._next_reopen_s:
+                self._next_reopen_s = now_s + REOPEN_INTERVAL_S
+                self._rebuild()
+            if self._unloaded is not None:
+                raise Unavailable(f"storage unavailable, nothing changed: {self._unloaded}")
+            if self._broken is None:
+                return
         if now_s >= self._next_reopen_s and (not self._store_open or self._room_to_reopen()):
             self._next_reopen_s = now_s + REOPEN_INTERVAL_S
             self._reopen()

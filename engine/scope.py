@@ -174,4 +174,12 @@ def skip_settled(t: TagState, it: Any, tail: int, deleted: AbstractSet[int] = fr
                     or in_scope(t, seq, enqueue_ms, value[PREFIX_SIZE:])):
                 return seq
         it.next()
+    return lane_end(it, tail)
+
+
+def lane_end(it: Any, tail: int) -> int:
+    """``tail + 1``, the cursor of a lane walked to its end by ``it`` (no longer valid),
+    unless RocksDB failed a read there: that raises (``Scan.check_status``) rather than
+    moving the cursor past records it could not read."""
+    it.check_status()
     return tail + 1

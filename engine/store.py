@@ -18,6 +18,8 @@ Invariants:
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -61,6 +63,42 @@ LEGACY_FAMILIES = ("timers",)
 # Families whose rows are written and deleted at message rate: tombstones pile up there, so
 # files with many deletions are compacted early.
 CHURN_FAMILIES = ("leases", "leasebatches", "delays", "delayseq", "topics")
+
+
+#: How RocksDB's message begins when it could not read a file (rocksdict raises it as a bare
+#: ``Exception``): an I/O error naming a table or blob file (one missing or unreadable; an
+#: I/O error of the WAL, the manifest or the LOCK is not a read's), or damage found.
+_IO_ERROR, _CORRUPTION = "IO error: ", "Corruption: "
+_DATA_FILE = re.compile(r"(/\S+?\.(?:sst|blob))\b")
+
+
+@dataclass(frozen=True)
+class ReadFailure:
+    """RocksDB could not read a file a read needed. rocksdict raises that as a bare
+    ``Exception`` from a point read (``get``, ``get_entity``, a multi-get), an iterator's
+    ``status()`` (``Scan.check_status``) or a positioning that loads a blob value."""
+
+    message: str  # RocksDB's own
+    file: str | None  # the table or blob file it names, when it names one
+
+    def describe(self) -> str:
+        """What failed, in a user's terms: the file, and whether it is gone."""
+        if self.file is None:
+            return f"RocksDB could not read a data file ({self.message})"
+        if not Path(self.file).exists():
+            return f"the data file {self.file} is gone"
+        return f"the data file {self.file} could not be read ({self.message})"
+
+
+def read_failure(exc: BaseException) -> ReadFailure | None:
+    """The ``ReadFailure`` that ``exc`` reports, or None when it is anything else."""
+    if type(exc) is not Exception:
+        return None
+    text = str(exc)
+    match = _DATA_FILE.search(text)
+    if text.startswith(_CORRUPTION) or (match is not None and text.startswith(_IO_ERROR)):
+        return ReadFailure(text, match.group(1) if match else None)
+    return None
 
 
 def _options(memory: StoreMemory, name: str | None = None) -> Options:
@@ -204,6 +242,11 @@ class LaneWalk:
     def value(self) -> bytes:
         return self._value if self._scan is None else self._scan.value()  # type: ignore
 
+    def check_status(self) -> None:
+        """As ``Scan.check_status`` (a point read raises RocksDB's error itself)."""
+        if self._scan is not None:
+            self._scan.check_status()
+
     def next(self) -> None:
         if self._scan is not None:
             self._scan.next()
@@ -238,6 +281,7 @@ class RangeReader:
                 return
             yield key, it.value()
             it.next()
+        it.status()  # RocksDB's error, should one end the walk (as ``Scan.check_status``)
 
     def backward(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Items with ``lower <= key < upper``, descending."""
@@ -250,6 +294,7 @@ class RangeReader:
             if key < upper:
                 yield key, it.value()
             it.prev()
+        it.status()
 
 
 class Store:
@@ -356,6 +401,7 @@ class Store:
             self.written = []
 
     def discard(self) -> None:
+        self._readers.clear()
         self._lanes.clear()
         self.batch = WriteBatch(raw_mode=True)
         self.pending = 0

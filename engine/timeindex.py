@@ -73,6 +73,8 @@ def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
         _, entry_ms, end = keys.time_key_decode(after.key())
         if entry_ms == time_ms:
             return end
+    else:
+        after.check_status()  # RocksDB's error, not the end of the index
     # The answer is at or above the last one found for an earlier time (a settle's rewind
     # bound moves forward with the clock): near it, the walk starts there.
     start = max(hint_seq, 0) if hint_ms < time_ms else 0
@@ -80,6 +82,8 @@ def first_seq_at(store: Store, q: QueueState, time_ms: int) -> int:
         before = Store.scan(store.time, keys.time_key(q.id, 0, 0), lower, last=True)
         if before.valid():
             start = max(start, keys.time_key_decode(before.key())[2])
+        else:
+            before.check_status()
     seq = _first_produced(store, q, start, end, time_ms)
     if seq < q.next_seq:  # a fact that stays true: later messages are produced later
         q.time_hint = (time_ms, seq)
@@ -123,6 +127,8 @@ def _first_produced(store: Store, q: QueueState, start: int, end: int, time_ms: 
                 found = keys.log_seq(it.key())
                 break
             it.next()
+        else:
+            it.check_status()  # RocksDB's error, not the end of the lane
     return found
 
 
@@ -132,3 +138,5 @@ def load_newest(store: Store, q: QueueState) -> None:
                     last=True)
     if it.valid():
         _, q.indexed_ms, q.indexed_seq = keys.time_key_decode(it.key())
+    else:
+        it.check_status()

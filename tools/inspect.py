@@ -138,8 +138,11 @@ def run_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         with snapshot:
             handler = _COMMANDS[args.inspect_command]
-            return handler(snapshot, args, out)
-    except (LaminaError, ValueError) as exc:
+            try:
+                return handler(snapshot, args, out)
+            except Exception as exc:  # a read of ``snapshot.store`` RocksDB failed on a file
+                snapshot.raise_read_error(exc)
+    except (LaminaError, SnapshotError, ValueError) as exc:
         print(f"lamina inspect: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # e.g. `| head`: the reader is done

@@ -34,17 +34,22 @@ Rules:
   early in silence (``_check_read_through``; ``collect_lane_values`` gives no keys to check
   by, so its caller compares the count with the seqs it expects). A ``refresh()`` reads the
   state as of now.
+- Any other read of this class that RocksDB fails on a file (rocksdict raises RocksDB's
+  message as a bare ``Exception``) raises ``SnapshotReadError``, naming the file
+  (``read_error``); callers reading ``store`` directly raise what they catch with
+  ``raise_read_error``.
 - Not thread-safe: one caller at a time.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NoReturn, TypeVar
 
 import cbor2
 from rocksdict import ReadOptions
@@ -55,9 +60,9 @@ from lamina.engine.core import SCHEMA_VERSION
 from lamina.engine.errors import QueueNotFound, TagNotFound
 from lamina.engine.loading import headed_topic, lease_rows, read_queue, tag_definitions
 from lamina.engine.state import ENDED_DELETED, LEASED, Lease, QueueState, Segment, TagState
-from lamina.engine.store import Store
+from lamina.engine.store import Store, read_failure
 
-__all__ = ["Snapshot", "SnapshotError"]
+__all__ = ["Snapshot", "SnapshotError", "SnapshotReadError"]
 
 READ_ONLY, SECONDARY = "read_only", "secondary"
 #: Seqs ``message_rows`` reads per step (memory: that many log values at most).
@@ -69,6 +74,7 @@ OPEN_ATTEMPTS = 8
 _RETRY_PAUSE_S = 0.005
 #: What RocksDB says when the writer changed the files under an open.
 _FILES_CHANGED = ("No such file or directory", "SST file is ahead of WALs")
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def _sweep_secondaries() -> None:
@@ -135,7 +141,30 @@ def _scan_options(lower: bytes, upper: bytes) -> ReadOptions:
 
 class SnapshotError(RuntimeError):
     """The directory is not a Lamina data directory this version can read (or not in the
-    mode asked for)."""
+    mode asked for), or a read of it failed."""
+
+
+class SnapshotReadError(SnapshotError):
+    """RocksDB could not read a table or blob file this view needs: ``file`` (None when
+    RocksDB does not name it). A server beside removes files after compacting them or
+    dropping their rows; a view opened before reads its state as of then, so a ``refresh()``
+    (for a command: running it again) reads the state as of now. A file that fails again
+    is damaged."""
+
+    def __init__(self, message: str, file: str | None) -> None:
+        super().__init__(message)
+        self.file = file
+
+
+def _reads(method: _Method) -> _Method:
+    """A ``Snapshot`` method whose RocksDB read errors are raised as ``read_error``."""
+    @functools.wraps(method)
+    def reading(self: Snapshot, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            self.raise_read_error(exc)
+    return reading  # type: ignore[return-value]
 
 
 class Snapshot:
@@ -226,6 +255,7 @@ class Snapshot:
     # -- clock --------------------------------------------------------------------------------
 
     @property
+    @_reads
     def clock_ms(self) -> int:
         """The engine clock as last persisted (0 if never)."""
         value = self.store.meta.get(keys.META_CLOCK)
@@ -237,6 +267,32 @@ class Snapshot:
 
     # -- queues and tags ----------------------------------------------------------------------
 
+    def read_error(self, exc: Exception) -> Exception:
+        """The ``SnapshotReadError`` of ``exc`` when it is RocksDB's error of a file it could
+        not read (rocksdict raises those as a bare ``Exception``), else ``exc`` itself."""
+        failure = read_failure(exc)
+        if failure is None:
+            return exc
+        return SnapshotReadError(
+            f"{self.data_dir}: {failure.describe()}. A server running on this directory may "
+            "have removed it after the read began: run the command again (refresh the "
+            "view); if it fails again, the data directory is damaged", failure.file)
+
+    def raise_read_error(self, exc: Exception) -> NoReturn:
+        """Raise ``read_error(exc)`` (``exc`` as it is when it is not one)."""
+        error = self.read_error(exc)
+        if error is exc:
+            raise exc
+        raise error from None
+
+    def _reading(self, rows: Iterator[Any]) -> Iterator[Any]:
+        """``rows``, RocksDB's read errors raised as ``read_error``."""
+        try:
+            yield from rows
+        except Exception as exc:
+            self.raise_read_error(exc)
+
+    @_reads
     def _load(self) -> dict[int, QueueState]:
         if self._queues is None:
             queues: dict[int, QueueState] = {}
@@ -287,8 +343,9 @@ class Snapshot:
     def leases(self, q: QueueState, t: TagState) -> Iterator[tuple[int, Lease]]:
         """``(seq, lease)`` of every lease of the tag, by seq (``leases`` rows and the
         entries of its batch rows)."""
-        return lease_rows(self.store, q.id, t.id, q.gone_seq)
+        return self._reading(lease_rows(self.store, q.id, t.id, q.gone_seq))
 
+    @_reads
     def load_leases(self, q: QueueState, t: TagState) -> None:
         """Fill ``t.leases`` (and ``t.locked``, the topic heads) as the engine does at open."""
         t.leases = {}
@@ -304,6 +361,7 @@ class Snapshot:
 
     # -- the log ------------------------------------------------------------------------------
 
+    @_reads
     def first_seq_at(self, q: QueueState, time_ms: int) -> int:
         """The first seq produced at or after ``time_ms`` (``next_seq`` if none), as
         ``EngineCore._first_seq_at``: the sparse time index and the records between its
@@ -322,14 +380,15 @@ class Snapshot:
                 return segment
         return None
 
+    @_reads
     def segment_exists(self, queue_id: int, first_seq: int) -> bool:
         return self.store.segments.get(keys.segment_key(queue_id, first_seq)) is not None
 
     def lane_rows(self, q: QueueState, lane: int, first_seq: int,
                   end_seq: int) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of one lane's log rows with ``first_seq <= seq < end_seq``."""
-        return Store.items(self.store.log, keys.log_key(q.id, lane, first_seq),
-                           keys.log_key(q.id, lane, end_seq))
+        return self._reading(Store.items(self.store.log, keys.log_key(q.id, lane, first_seq),
+                                         keys.log_key(q.id, lane, end_seq)))
 
     def lane_chunks(self, queue_id: int, lane: int, first_seq: int,
                     end_seq: int) -> Iterator[tuple[bytes, bytes]]:
@@ -337,6 +396,7 @@ class Snapshot:
         for low in range(first_seq, end_seq, ROWS_PER_READ):
             yield from self.collect_lane(queue_id, lane, low, min(low + ROWS_PER_READ, end_seq))
 
+    @_reads
     def collect_lane(self, queue_id: int, lane: int, first_seq: int,
                      end_seq: int) -> list[tuple[bytes, bytes]]:
         """``lane_rows`` as a list, built by rocksdict's own iterator (measured 0.64 µs/row
@@ -362,14 +422,12 @@ class Snapshot:
             it.status()
             complete = not it.valid()
         except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's status
-            raise SnapshotError(
-                f"{self.data_dir}: a file this view was reading is gone (the server beside "
-                f"removed it after the view opened: {exc}); refresh the view or open a new "
-                "one") from None
+            self.raise_read_error(exc)
         if not complete:
             raise SnapshotError(f"{self.data_dir}: the log read ended before its bound; "
                                 "refresh the view or open a new one")
 
+    @_reads
     def collect_lane_values(self, queue_id: int, lane: int, first_seq: int,
                             end_seq: int) -> list[bytes]:
         """The values of ``collect_lane`` without their keys (rocksdict's ``values``: 0.45
@@ -403,6 +461,7 @@ class Snapshot:
             _, lane, seq = decode(key)
             yield seq, lane, value
 
+    @_reads
     def topic_name(self, q: QueueState, topic_id: int) -> str | None:
         """The topic name of ``topic_id`` (a walk of the queue's topic names on a miss)."""
         cached = self._topic_names.get((q.id, topic_id))

@@ -52,4 +52,7 @@ class TagStates:
             return "expired", 0, None, None
         if not in_scope(t, seq, PREFIX.unpack_from(value)[0], value[PREFIX_SIZE:]):
             return "out_of_scope", 0, None, None
-        return peek_state(self.snapshot.store, q, t, seq, value, self.now)
+        try:
+            return peek_state(self.snapshot.store, q, t, seq, value, self.now)
+        except Exception as exc:  # RocksDB could not read a file: ``SnapshotReadError``
+            self.snapshot.raise_read_error(exc)

@@ -1,7 +1,8 @@
 """A read-only snapshot's bulk read of the log, when the writer beside has deleted a file the
 read needs after the snapshot opened (its rows dropped, the table and blob files compacted
-away), fails with an error that says so: RocksDB's iterator only turns invalid there, and
-the read would otherwise end early without a word, missing every row from that file on."""
+away), fails with an error that names the file and says to refresh the view: RocksDB's
+iterator only turns invalid there, and the read would otherwise end early without a word,
+missing every row from that file on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lamina.engine import Engine
-from lamina.tools.snapshot import Snapshot, SnapshotError
+from lamina.tools.snapshot import Snapshot, SnapshotReadError
 
 #: Bodies of 4 KiB or more are stored in blob files (engine/store.py).
 BLOB_BODY = b"x" * 5000
@@ -45,11 +46,16 @@ def test_a_read_whose_blob_files_were_deleted_beside_it_fails_and_names_the_caus
             q = snapshot.queue("q")
             _drop_log_files(engine)
             assert not list((path / "db").glob("*.blob"))
-            with pytest.raises(SnapshotError, match="a file this view was reading is gone"):
+            with pytest.raises(SnapshotReadError, match=r"\.blob is gone\. ") as bulk:
                 list(snapshot.messages(q, 0, 10**9))
-            # the engine's own scan helper (``Store.items``) raises RocksDB's error as well
-            with pytest.raises(Exception, match="No such file or directory"):
+            assert bulk.value.file is not None and bulk.value.file.endswith(".blob")
+            assert f"{path}: the data file {bulk.value.file} is gone" in str(bulk.value)
+            assert "refresh the view" in str(bulk.value)
+            # the engine's scan helpers (``Store.items``) and point reads too
+            with pytest.raises(SnapshotReadError, match=r"\.blob is gone\. "):
                 list(snapshot.lane_rows(q, q.lanes_used[0], 0, 10**9))
+            with pytest.raises(SnapshotReadError, match=r"\.blob is gone\. "):
+                snapshot.first_seq_at(q, 0)  # reads the records of the time index's range
             snapshot.refresh()  # the view as of now: the rows are gone, and that reads clean
             assert list(snapshot.messages(snapshot.queue("q"), 0, 10**9)) == []
     finally:
