@@ -33,6 +33,7 @@ from .errors import (
 )
 from .records import Message
 from .storememory import MemoryBounds, MemoryUsage
+from .store import DataDirectoryError
 from .results import (
     Delivery,
     Grant,
@@ -48,7 +49,7 @@ from .results import (
 )
 
 __all__ = [
-    "AccessDenied", "Delivery", "Engine", "FakeClock", "Grant", "InternalError",
+    "AccessDenied", "DataDirectoryError", "Delivery", "Engine", "FakeClock", "Grant", "InternalError",
     "InvalidArgument", "MemoryBounds", "MemoryUsage", "PeekPage", "Peeked", "Redriven", "Rewound", "TagInfo",
     "InvalidQueueName", "InvalidReceipt", "InvalidRedrivePolicy", "LaminaError", "Message",
     "MessageNotFound", "MessageTooLarge", "NoDeadLetterQueue", "ProtocolError",

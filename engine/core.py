@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Iterator, cast
@@ -55,7 +56,7 @@ from .state import (
     TagState,
 )
 from .scope import not_ended_between, skip_settled
-from .store import Store
+from .store import Store, raise_open_error
 from .timeindex import first_seq_at
 from .storememory import MemoryBounds
 from .topics import Topics
@@ -91,7 +92,10 @@ class EngineCore(StoreRecovery):
         self.segment_max_age_ms = segment_max_age_ms
         path.mkdir(parents=True, exist_ok=True)
         self._receipts = ReceiptCodec(load_or_create_key(receipt_key or path / "receipt.key"))
-        self._store = Store(path / "db", memory=memory)
+        try:
+            self._store = Store(path / "db", memory=memory)
+        except Exception as exc:
+            raise_open_error(path, exc)
         self._source = clock or wall_clock_ms
         self._clock = EngineClock(self._source)
         self._now = 0
@@ -111,7 +115,12 @@ class EngineCore(StoreRecovery):
         self._appender = Appender(self)
         self._dead_letters = DeadLetters(self)
         self._init_recovery()
-        self._load()
+        try:
+            self._load()
+        except BaseException as exc:  # its frames' iterators would hold the lock past close
+            traceback.clear_frames(exc.__traceback__)
+            self._close_store()
+            raise_open_error(path, exc)
 
     # -- loading ----------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 from rocksdict import (
     AccessType,
@@ -99,6 +99,40 @@ def read_failure(exc: BaseException) -> ReadFailure | None:
     if text.startswith(_CORRUPTION) or (match is not None and text.startswith(_IO_ERROR)):
         return ReadFailure(text, match.group(1) if match else None)
     return None
+
+
+class DataDirectoryError(RuntimeError):
+    """The engine cannot open a data directory: another process holds it, or it is damaged
+    (a table or blob file missing or unreadable). The message names the directory and says
+    what to do."""
+
+
+def open_error(data_dir: Path, exc: BaseException) -> DataDirectoryError | None:
+    """The ``DataDirectoryError`` of RocksDB's error ``exc`` (a bare ``Exception`` from
+    rocksdict) opening or loading ``data_dir``; None for anything else."""
+    if type(exc) is not Exception:
+        return None
+    text = str(exc)
+    if "While lock file" in text or "lock hold by current process" in text:
+        # RocksDB's lock is held by another process, or by an engine open in this one
+        return DataDirectoryError(
+            f"{data_dir}: in use (a lamina serve or an embedded engine holds its lock, "
+            f"{data_dir / 'db' / 'LOCK'}): close it, or give another data directory")
+    failure = read_failure(exc)
+    if failure is not None:
+        return DataDirectoryError(
+            f"{data_dir}: cannot be opened, {failure.describe()}: the directory is damaged; "
+            "restore it from a copy")
+    return DataDirectoryError(f"{data_dir}: RocksDB cannot open it: {text}")
+
+
+def raise_open_error(data_dir: Path, exc: BaseException) -> NoReturn:
+    """Raise what opening ``data_dir`` failed with: RocksDB's error as a
+    ``DataDirectoryError`` saying what to do (``open_error``), anything else as it is."""
+    error = open_error(data_dir, exc)
+    if error is None:
+        raise exc
+    raise error from None
 
 
 def _options(memory: StoreMemory, name: str | None = None) -> Options:

@@ -18,6 +18,8 @@ import signal
 
 import trio
 
+from lamina.engine import DataDirectoryError
+
 from .config import ConfigError, ServerConfig, add_serve_arguments, config_from_args
 from .files import open_files_problem
 from .keyring import KeyFileError
@@ -64,10 +66,10 @@ def run_server(config: ServerConfig) -> int:
     try:
         trio.run(_run_until_signalled, server)
     except Exception as exc:
-        cause = _first_os_error(exc)
-        if cause is not None:  # cannot bind, cannot read a TLS file, ...
+        cause = _first_start_error(exc)
+        if cause is not None:  # cannot bind, cannot read a TLS file, a data directory in use
             log.error("cannot serve: %s", cause, extra={"event": "start_failed"})
-        else:  # e.g. the data directory is locked by another server
+        else:
             while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                 exc = exc.exceptions[0]  # type: ignore[assignment]
             log.error("server failed: %s: %s", type(exc).__name__, exc,
@@ -76,13 +78,15 @@ def run_server(config: ServerConfig) -> int:
     return 0
 
 
-def _first_os_error(exc: BaseException) -> OSError | None:
-    """The OSError (cannot bind, cannot read a TLS file...) inside ``exc``, if any."""
-    if isinstance(exc, OSError):
+def _first_start_error(exc: BaseException) -> OSError | DataDirectoryError | None:
+    """What kept the server from starting inside ``exc``, if it says so itself: an OSError
+    (cannot bind, cannot read a TLS file...) or a ``DataDirectoryError`` (in use by another
+    process, damaged)."""
+    if isinstance(exc, (OSError, DataDirectoryError)):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _first_os_error(inner)
+            found = _first_start_error(inner)
             if found is not None:
                 return found
     return None

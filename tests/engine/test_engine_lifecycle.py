@@ -8,7 +8,7 @@ from lamina.engine import Engine, InternalError, Unavailable
 
 def test_exported_names_change_only_on_purpose():
     assert sorted(lamina.engine.__all__) == sorted([
-        "AccessDenied", "Delivery", "Engine", "FakeClock", "Grant", "InternalError",
+        "AccessDenied", "DataDirectoryError", "Delivery", "Engine", "FakeClock", "Grant", "InternalError",
         "InvalidArgument", "MemoryBounds", "MemoryUsage", "PeekPage", "Peeked", "Redriven", "Rewound", "TagInfo",
         "InvalidQueueName", "InvalidReceipt", "InvalidRedrivePolicy", "LaminaError", "Message",
         "MessageNotFound", "MessageTooLarge", "NoDeadLetterQueue", "ProtocolError",
