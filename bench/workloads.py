@@ -230,7 +230,12 @@ def new_result(name: str, run: Run, params: Params, **used: Any) -> WorkloadResu
         used["server_cpus"] = describe(run.server_cpus)
     if params.backlog:
         used["backlog"] = params.backlog
-    return WorkloadResult(name, WORKLOADS[name].title, {**used}, run.fsync)
+    result = WorkloadResult(name, WORKLOADS[name].title, {**used}, run.fsync)
+    placed = [f"{who} on CPUs {describe(cpus)}" for who, cpus in
+              (("server", run.server_cpus), ("clients", run.client_cpus)) if cpus is not None]
+    if placed:  # the text report shows notes, not parameters
+        result.notes.append(", ".join(placed))
+    return result
 
 
 def start_w1(run: Run, params: Params) -> tuple[WorkloadResult, int, int, int]:

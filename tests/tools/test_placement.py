@@ -104,6 +104,7 @@ def test_a_bench_run_places_both_systems_and_reports_where(lamina: Any) -> None:
     for result in ran.json()["results"]:
         assert result["params"]["server_cpus"] == str(ONE)
         assert result["params"]["client_cpus"] == str(max(USABLE))
+        assert f"server on CPUs {ONE}, clients on CPUs {max(USABLE)}" in result["notes"]
     assert len(ran.json()["results"]) == (2 if against else 1)
 
 
