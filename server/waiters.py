@@ -14,7 +14,11 @@ A receive with ``wait > 0`` that found nothing becomes a :class:`Waiter`. Rules:
    owner ends or dies, its waiters go. Its answer goes out through its ``answer`` callback.
 5. Timeouts: one heap of deadlines for every waiter (no task per waiter: spawning one costs
    more than the receive). Entries of waiters served or gone stay in it until they reach the
-   top or the heap is rebuilt (when they outnumber the live ones).
+   top or the heap is rebuilt (when they outnumber the live ones by ``STALE_SLACK``). Each
+   ``add`` first drops the entries of waiters gone from the top, so the heap is kept small a
+   little at a time: a consumer's long polls, answered one after another with one timeout,
+   leave one entry each, and cleaning a second's worth of them at once (thousands, when the
+   timeouts come round or the heap is rebuilt) held the server up for a millisecond or more.
 
 Names are compared lower-cased, as the engine does.
 """
@@ -28,9 +32,13 @@ from typing import Any, Callable, Iterator, Protocol
 
 from lamina.engine.state import DEFAULT_TAG
 
-__all__ = ["WaitOwner", "Waiter", "WaitingReceives", "tag_key"]
+__all__ = ["STALE_SLACK", "WaitOwner", "Waiter", "WaitingReceives", "tag_key"]
 
 TagKey = tuple[str, str]
+
+#: Rule 5: the heap is rebuilt once its entries of waiters gone pass twice the live waiters plus
+#: this many; a rebuild's cost grows with it (a few hundred µs per thousand entries here).
+STALE_SLACK = 64
 
 
 def tag_key(queue: str, tag: str | None) -> TagKey:
@@ -85,6 +93,11 @@ class WaitingReceives:
     def __len__(self) -> int:
         return self._live
 
+    @property
+    def deadline_entries(self) -> int:
+        """Entries in the heap of deadlines, those of waiters gone included (rule 5)."""
+        return len(self._deadlines)
+
     def add(self, waiter: Waiter) -> None:
         key = waiter.key
         fifo = self._by_tag.get(key)
@@ -100,7 +113,9 @@ class WaitingReceives:
             fifo[waiter] = None
         self._live += 1
         deadlines = self._deadlines
-        if len(deadlines) > 2 * self._live + 1024:
+        while deadlines and not self.has(deadlines[0][2]):  # rule 5: a little at a time
+            heapq.heappop(deadlines)
+        if len(deadlines) > 2 * self._live + STALE_SLACK:
             self._deadlines = deadlines = [entry for entry in deadlines if self.has(entry[2])]
             heapq.heapify(deadlines)
         heapq.heappush(deadlines, (waiter.deadline, next(self._order), waiter))

@@ -9,7 +9,7 @@ from lamina.server.applier import GroupApplier
 from lamina.server.dispatch import ReceiveAnswer
 from lamina.server.keyring import KeyRing
 from lamina.server.metrics import ServerMetrics
-from lamina.server.waiters import Waiter, WaitingReceives, tag_key
+from lamina.server.waiters import STALE_SLACK, Waiter, WaitingReceives, tag_key
 
 
 class Owner:
@@ -89,6 +89,36 @@ def test_expired_waits_come_oldest_deadline_first_and_skip_the_ones_gone() -> No
     waiting.remove(early)
     assert waiting.next_deadline() == 5.0
     assert waiting.expired(3.0) == []
+
+
+def test_long_polls_answered_one_after_another_leave_no_pile_of_deadlines() -> None:
+    # A consumer's long polls with one timeout, each answered before the next begins: each
+    # leaves an entry behind, dropped by the next add, so no burst of cleaning ever comes.
+    waiting, owner = WaitingReceives(), Owner()
+    for n in range(5 * STALE_SLACK):
+        w = waiter(owner, n, deadline=1.0 + n * 0.001)
+        waiting.add(w)
+        assert waiting.deadline_entries == 1
+        assert waiting.remove(w)
+    assert waiting.next_deadline() is None and waiting.expired(1e9) == []
+
+
+def test_deadlines_of_waiters_gone_behind_a_later_live_one_are_bounded() -> None:
+    # A live wait with a long timeout stays on top; the short waits behind it, answered, pile
+    # up only until the heap is rebuilt, and the live ones still time out in order.
+    waiting, owner = WaitingReceives(), Owner()
+    long_wait = waiter(owner, 0, deadline=100.0)
+    waiting.add(long_wait)
+    short_live = waiter(owner, 1, deadline=150.0)
+    waiting.add(short_live)
+    for n in range(2, 10 * STALE_SLACK):
+        w = waiter(owner, n, deadline=200.0 + n)
+        waiting.add(w)
+        assert waiting.deadline_entries <= 2 * len(waiting) + STALE_SLACK + 1
+        assert waiting.remove(w)
+    assert len(waiting) == 2
+    assert waiting.next_deadline() == 100.0
+    assert waiting.expired(1e9) == [long_wait, short_live]
 
 
 def test_waiters_of_a_queue_and_of_a_tag_are_found_for_their_deletion() -> None:
