@@ -115,6 +115,13 @@ class Engine(EngineCore):
         """A queue's attributes (``QueueNotFound`` if none), without computing stats."""
         return dict(self._queue(queue).attributes)
 
+    @property
+    def storage_failures(self) -> dict[str, int]:
+        """Operations the store failed since the engine opened, by kind: ``write`` (a write
+        RocksDB refused: a full disk, no file descriptors) and ``read`` (a file it could not
+        read); each was answered ``Unavailable`` and changed nothing."""
+        return dict(self._storage_failures)
+
     def queue_depths(self) -> dict[str, int]:
         """Retained messages (``next_seq - gone_seq``) per queue name, from memory."""
         return {q.name: q.next_seq - q.gone_seq for q in self._queues.values()}

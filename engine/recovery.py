@@ -101,12 +101,15 @@ class StoreRecovery:
         self._failed_queues: set[int] = set()
         self._next_reopen_s = 0.0
         self._unloaded: str | None = None  # rule 4: why the last rebuild failed
+        #: Operations failed by the store since the engine opened, by kind (rules 1 and 4).
+        self._storage_failures = {"write": 0, "read": 0}
 
     def _write_failed(self, exc: Exception) -> None:
         """Rule 1: drop the pending batch and rebuild what it would have changed."""
         store = self._store
         touched = queues_named_by(store.written)
         store.discard()
+        self._storage_failures["write"] += 1
         self._broken = str(exc) or type(exc).__name__
         self._failed_queues |= touched
         log.error("storage write failed: %s", self._broken,
@@ -116,6 +119,7 @@ class StoreRecovery:
     def _read_failed(self) -> None:
         """Rule 4: rebuild memory from the store; should that fail, refuse every operation
         until a rebuild succeeds."""
+        self._storage_failures["read"] += 1
         self._rebuild()
         if self._unloaded is not None:
             log.error("rebuilding state from the store failed, every operation answers "

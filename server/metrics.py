@@ -24,6 +24,9 @@ prometheus-client's own thread and only reads.
     lamina_store_memory_bytes{kind}            the store's memory: write_buffers, block_cache,
                                                table_readers, and the bounds
                                                write_buffers_limit, block_cache_limit
+    lamina_storage_failures_total{kind}        operations the store failed (write: a full disk,
+                                               no file descriptors; read: a data file missing
+                                               or damaged), each answered Unavailable
 """
 
 from __future__ import annotations
@@ -111,6 +114,12 @@ class _HotCollector:
         for (op, outcome), count in metrics.request_counts.items():
             requests.add_metric([op, outcome], count)
         yield requests
+        failures = CounterMetricFamily("lamina_storage_failures",
+                                       "Operations the store failed, each answered Unavailable",
+                                       labels=["kind"])
+        for kind, count in metrics.storage_failures.items():
+            failures.add_metric([kind], count)
+        yield failures
         latency = HistogramMetricFamily("lamina_request_seconds",
                                         "Time from reading a request to queuing its answer",
                                         labels=["op"])
@@ -176,6 +185,8 @@ class ServerMetrics:
         #: Requests per queue, halved at each refresh: what "busiest" means. Counted by the
         #: name as given (the hot path), folded to lower case at each refresh and bound.
         self.traffic: dict[str, int] = {}
+        #: ``Engine.storage_failures`` as of the last refresh (read by the scrape's thread).
+        self.storage_failures: dict[str, int] = {"write": 0, "read": 0}
         self._http: tuple[WSGIServer, threading.Thread] | None = None
 
     @property
@@ -270,7 +281,8 @@ class ServerMetrics:
     # -- queue figures (called by the applier, inside a group) --------------------------------
 
     def refresh_queues(self, engine: Engine) -> None:
-        """Depth per queue, per-tag states for the busiest queues, the store's memory."""
+        """Depth per queue, per-tag states for the busiest queues, the store's memory and
+        failures."""
         usage = engine.memory_usage()
         for kind, value in (("write_buffers", usage.write_buffers_bytes),
                             ("write_buffers_limit", usage.write_buffer_limit_bytes),
@@ -278,6 +290,7 @@ class ServerMetrics:
                             ("block_cache_limit", usage.block_cache_limit_bytes),
                             ("table_readers", usage.table_readers_bytes)):
             self.store_memory.labels(kind).set(value)
+        self.storage_failures = engine.storage_failures
         depths = queue_depths(engine)
         self.queue_messages.clear()
         for name, messages in depths.items():

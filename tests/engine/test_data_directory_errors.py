@@ -77,7 +77,7 @@ def test_lamina_serve_on_a_directory_in_use_logs_one_line_and_exits_1(tmp_path: 
     finally:
         holder.communicate("")
     assert served.returncode == 1
-    lines = [json.loads(line) for line in served.stderr.splitlines()]
+    lines = [json.loads(line) for line in served.stderr.splitlines() if line.startswith("{")]
     failed = [line for line in lines if line["level"] == "ERROR"]
     assert len(failed) == 1 and failed[0]["event"] == "start_failed"
     assert f"{data}: in use" in failed[0]["message"]

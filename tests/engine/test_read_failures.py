@@ -81,6 +81,8 @@ def test_a_receive_over_a_removed_blob_file_is_unavailable_names_it_and_skips_no
         assert "\n" not in JsonFormatter().format(record)  # one JSON line, no traceback
         with pytest.raises(Unavailable, match="is gone"):  # still so, and still no skipping
             _bodies(engine, 10)
+        failures = engine.storage_failures  # as /metrics shows them
+        assert failures["read"] >= 1 and failures["write"] == 0
         _put_back(blobs, tmp_path / "kept")
         received += _bodies(engine, MESSAGES)
         assert received == [_body(n) for n in range(MESSAGES)]

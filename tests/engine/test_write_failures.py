@@ -60,6 +60,27 @@ def test_a_failed_write_is_unavailable_and_changes_nothing(engine: Engine) -> No
     with pytest.raises(Unavailable, match="No space left on device"):
         engine.send("q", [b"refused"])
     assert observe(engine) == before
+    assert engine.storage_failures == {"write": 1, "read": 0}
+
+
+def test_metrics_count_the_operations_the_store_failed(engine: Engine) -> None:
+    from prometheus_client import generate_latest
+
+    from lamina.server.metrics import ServerMetrics
+    metrics = ServerMetrics()
+    engine.create_queue("q")
+    metrics.refresh_queues(engine)
+    scraped = generate_latest(metrics.registry).decode()
+    assert 'lamina_storage_failures_total{kind="write"} 0.0' in scraped
+    for _ in range(2):
+        break_store(engine)
+        with pytest.raises(Unavailable):
+            engine.send("q", [b"refused"])
+        engine.send("q", [b"kept"])  # the store reopened: writes succeed again
+    metrics.refresh_queues(engine)
+    scraped = generate_latest(metrics.registry).decode()
+    assert 'lamina_storage_failures_total{kind="write"} 2.0' in scraped
+    assert 'lamina_storage_failures_total{kind="read"} 0.0' in scraped
 
 
 def test_a_failed_write_rebuilds_only_the_queues_it_named(engine: Engine,
