@@ -43,6 +43,7 @@ from typing import Callable
 import cbor2
 
 from .placement import Cpus, cpus_option, pin_process, pinned
+from .spawn import cpu_seconds
 
 CHUNK_BYTES = 65536
 REQUEST = b"x" * 24
@@ -143,14 +144,6 @@ SERVE: dict[str, Callable[[socket.socket], None]] = {
     "task": serve_task, "epoll": serve_epoll, "bare": serve_bare}
 
 
-def server_cpu_ns(pid: int) -> int:
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total
-
-
 def _read_exactly(conn: socket.socket, count: int) -> bytes:
     data = b""
     while len(data) < count:
@@ -249,12 +242,12 @@ def measure(servers: list[str], connections: int, rounds: int, requests: int,
         for round_no in range(rounds):
             for name in servers if round_no % 2 == 0 else servers[::-1]:
                 pid = started[name].pid
-                cpu_ns, start_s = server_cpu_ns(pid), time.perf_counter()
+                cpu_s, start_s = cpu_seconds(pid), time.perf_counter()
                 _round_trips(conns[name], per_round, think_us / 1e6, exchanges[name])
                 elapsed_s = time.perf_counter() - start_s
                 done = per_round * connections
                 results[name].append(
-                    ((server_cpu_ns(pid) - cpu_ns) / 1e3 / done, done / elapsed_s))
+                    ((cpu_seconds(pid) - cpu_s) * 1e6 / done, done / elapsed_s))
         return results
     finally:
         for name_conns in conns.values():

@@ -45,8 +45,27 @@ def peak_rss_bytes(pid: int) -> int:
     return _status_bytes(pid, "VmHWM:")
 
 
+def threads_cpu_ns(pid: int) -> int | None:
+    """CPU time the live threads of process ``pid`` have used, in ns: the scheduler's own
+    count (``/proc/PID/task/*/schedstat``); None where the kernel keeps none."""
+    total_ns, counted = 0, False
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total_ns += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile, or no schedstat
+            continue
+        counted = True
+    return total_ns if counted else None
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time process ``pid`` has used (all its threads)."""
+    """CPU time process ``pid`` has used: its live threads' to the ns (``threads_cpu_ns``;
+    threads that ended are not in it, and the servers measured keep theirs), else user +
+    system time in clock ticks (10 ms: 2 µs a request over 5,000 requests)."""
+    threads_ns = threads_cpu_ns(pid)
+    if threads_ns is not None:
+        return threads_ns / 1e9
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime

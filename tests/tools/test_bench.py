@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +119,43 @@ def test_cost_per_request_kind(lamina: Any) -> None:
                  "send 16", "receive 16", "delete 16"):
         assert figures[f"{kind}: server CPU"] >= 0
         assert figures[f"{kind}: round trip (mean)"] > 0
+
+
+def test_server_cpu_is_read_to_the_nanosecond_from_every_thread() -> None:
+    from lamina.bench.spawn import cpu_seconds, threads_cpu_ns
+    burner = subprocess.Popen([sys.executable, "-c", _BURN_IN_TWO_THREADS],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert burner.stdout is not None and burner.stdout.readline().strip() == "burnt"
+        threads = threads_cpu_ns(burner.pid)
+        assert threads is not None
+        # both threads' CPU, not the main thread's alone (each burnt 50 ms)
+        main_ns = int(Path(f"/proc/{burner.pid}/schedstat").read_text().split()[0])
+        assert threads - main_ns >= 40_000_000
+        assert threads % 10_000_000 != 0  # not in clock ticks
+        assert cpu_seconds(burner.pid) == pytest.approx(threads / 1e9, abs=0.05)
+    finally:
+        burner.kill()
+        burner.wait()
+
+
+_BURN_IN_TWO_THREADS = """
+import threading, time
+burnt = threading.Event()
+def burn():
+    end = time.thread_time() + 0.05
+    while time.thread_time() < end:
+        pass
+def worker():
+    burn()
+    burnt.set()
+    time.sleep(60)  # alive: a server's threads are
+threading.Thread(target=worker, daemon=True).start()
+burn()
+burnt.wait()
+print("burnt", flush=True)
+time.sleep(60)
+"""
 
 
 def test_idle_needs_the_server_pid(server: Any, lamina: Any) -> None:
