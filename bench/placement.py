@@ -7,8 +7,9 @@ its clients' CPU (``--server-cpus 0 --client-cpus 0``) is switched to directly a
 halts between requests, but waits for the CPU while a client runs. Left to the scheduler (the
 default, as applications run), each run lands somewhere between the two, and a figure such as
 the server's CPU per request can differ by two to eight times from run to run with the same
-code (docs/PERFORMANCE.md, "Where the server runs"). Pinning makes runs repeatable; whichever
-placement is chosen applies to both systems of a ``--against`` run alike.
+code (docs/PERFORMANCE.md, "Where the server runs"). Pinning removes that variation (not the
+host's own drift); whichever placement is chosen applies to both systems of a ``--against``
+run alike.
 
 A CPU list is written as ``taskset`` takes it: ``1``, ``0,1``, ``0-3``.
 """
