@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .placement import cpus_option
+
 __all__ = ["add_bench_command", "run_bench"]
 
 _DESCRIPTION = """\
@@ -87,12 +89,6 @@ def _poll_window(text: str) -> int:
     return value
 
 
-def _cpus(text: str) -> frozenset[int]:
-    """A CPU list (``1``, ``0,1``, ``0-3``) of CPUs this machine lets the bench use."""
-    from .placement import cpus_option
-    return cpus_option(text)
-
-
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
     from lamina.tools.cmdvalues import parse_server  # cheap: no client import
@@ -120,7 +116,7 @@ def add_bench_command(commands: Any) -> None:
                             "default, 100)")
     where.add_argument("--data", type=Path, metavar="DIR",
                        help="data directory of the started server (default: a temporary one)")
-    where.add_argument("--server-cpus", type=_cpus, metavar="LIST",
+    where.add_argument("--server-cpus", type=cpus_option, metavar="LIST",
                        help="run the servers the bench starts (Lamina's and the peer's) on "
                             "these CPUs, e.g. 1 or 0-1 (default: where the scheduler puts "
                             "them)")
@@ -194,7 +190,7 @@ def add_bench_command(commands: Any) -> None:
                             "socket at once, as applications' clients do)")
     sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
-    sizes.add_argument("--client-cpus", type=_cpus, metavar="LIST",
+    sizes.add_argument("--client-cpus", type=cpus_option, metavar="LIST",
                        help="run the client processes on these CPUs, e.g. 0 (default: where "
                             "the scheduler puts them; with --server-cpus, a CPU of their own "
                             "makes every awaited request wake the server's)")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 __all__ = ["Cpus", "cpu_list", "cpus_option", "describe", "pin_process", "pinned",
-           "placement_of"]
+           "placement_of", "threads"]
 
 #: A set of CPU numbers; None where the bench leaves placement to the scheduler.
 Cpus = frozenset[int]
@@ -71,7 +71,8 @@ def describe(cpus: Cpus) -> str:
     return ",".join(runs)
 
 
-def _threads(pid: int) -> list[int]:
+def threads(pid: int) -> list[int]:
+    """The thread ids of process ``pid`` (``/proc/PID/task``)."""
     try:
         return [int(entry.name) for entry in Path(f"/proc/{pid}/task").iterdir()]
     except FileNotFoundError:
@@ -81,7 +82,7 @@ def _threads(pid: int) -> list[int]:
 def pin_process(pid: int, cpus: Cpus) -> None:
     """Every thread of process ``pid`` onto ``cpus``; threads it starts later inherit the
     placement of the thread that starts them."""
-    for thread in _threads(pid):
+    for thread in threads(pid):
         try:
             os.sched_setaffinity(thread, cpus)
         except ProcessLookupError:
@@ -91,7 +92,7 @@ def pin_process(pid: int, cpus: Cpus) -> None:
 def placement_of(pid: int) -> Cpus:
     """The CPUs any thread of process ``pid`` may run on, as the kernel has them."""
     cpus: set[int] = set()
-    for thread in _threads(pid):
+    for thread in threads(pid):
         try:
             cpus.update(os.sched_getaffinity(thread))
         except ProcessLookupError:

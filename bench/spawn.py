@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .placement import threads
+
 __all__ = ["ProcessStats", "SpawnedServer", "cpu_seconds", "peak_rss_bytes", "rss_bytes",
            "stop_process"]
 
@@ -49,7 +51,7 @@ def threads_cpu_ns(pid: int) -> int | None:
     """CPU time the live threads of process ``pid`` have used, in ns: the scheduler's own
     count (``/proc/PID/task/*/schedstat``); None where the kernel keeps none."""
     total_ns, counted = 0, False
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for tid in threads(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 total_ns += int(f.read().split()[0])

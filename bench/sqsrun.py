@@ -95,6 +95,7 @@ def started_lamina(args: argparse.Namespace) -> Iterator[Endpoint]:
         raise BenchError(str(exc)) from None
     try:
         _wait_for_port(port, lambda: server.process.poll() is None)
+        _place(server.pid, args)
         _log(f"lamina: pid {server.pid}, SQS on 127.0.0.1:{port}")
         yield _endpoint(args, "lamina", f"http://127.0.0.1:{port}", server.pid, args.python)
     finally:
@@ -135,6 +136,7 @@ def started_peer(name: str, args: argparse.Namespace, python: str | None) -> Ite
         if ran.returncode != 0 or len(words) != 3 or words[0] != name:
             raise BenchError(f"{name} did not start: {(ran.stdout + ran.stderr).strip()[-1500:]}")
         pid, port = int(words[1]), int(words[2])
+        _place(pid, args)
         _log(f"{name}: pid {pid}, SQS on 127.0.0.1:{port}")
         yield _endpoint(args, name, f"http://127.0.0.1:{port}", pid, _peer_python(name, python))
     finally:
@@ -143,13 +145,18 @@ def started_peer(name: str, args: argparse.Namespace, python: str | None) -> Ite
         shutil.rmtree(state, ignore_errors=True)
 
 
-def _endpoint(args: argparse.Namespace, name: str, url: str, pid: int | None,
-              python: str | None) -> Endpoint:
-    if pid is not None and args.server_cpus is not None and args.endpoint is None:
+def _place(pid: int, args: argparse.Namespace) -> None:
+    """``--server-cpus``: a server the bench started, with every process under it (a peer's
+    script may start it under a launcher), onto those CPUs."""
+    if args.server_cpus is not None:
         from .placement import pin_process
         from .sqsbench import process_tree
-        for member in process_tree(pid):  # a peer's script may start it under a launcher
+        for member in process_tree(pid):
             pin_process(member, args.server_cpus)
+
+
+def _endpoint(args: argparse.Namespace, name: str, url: str, pid: int | None,
+              python: str | None) -> Endpoint:
     return Endpoint(name, url, python or sys.executable, pid, region=args.region,
                     access_key=args.access_key or os.environ.get("AWS_ACCESS_KEY_ID", "test"),
                     secret_key=args.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY",

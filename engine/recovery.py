@@ -128,7 +128,7 @@ class StoreRecovery:
 
     def _rebuild(self) -> None:
         """Rule 4: rebuild all of memory from the store (``_unloaded`` None once done)."""
-        if self._broken is None or self._broken == self._unloaded:
+        if self._broken == self._unloaded:
             self._broken = None  # not a failed write's: it goes with a rebuild
         try:
             self._recover()
