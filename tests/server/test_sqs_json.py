@@ -368,3 +368,14 @@ def test_names_differing_only_in_case_are_one_queue(sqs: Any) -> None:
     sqs.create_queue(QueueName="casing")
     with pytest.raises(sqs.exceptions.QueueNameExists, match="letter case"):
         sqs.create_queue(QueueName="Casing")
+
+
+def test_a_number_attribute_comes_back_as_sent_with_the_send_s_digest(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="numbers")["QueueUrl"]
+    attributes = {name: {"DataType": "Number", "StringValue": value}
+                  for name, value in (("zero", "0"), ("minus-zero", "-0"), ("plus", "+5"),
+                                      ("negative", "-12"), ("padded", "007"))}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes=attributes)
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert got["MessageAttributes"] == attributes
+    assert got["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
