@@ -320,19 +320,47 @@ async def list_dead_letter_source_queues(ctx: Context, params: dict[str, Any]
     return result
 
 
+def _no_such_queue(field: str) -> SqsError:
+    """SQS's answer to a move task naming a queue that does not exist."""
+    return SqsError("ResourceNotFoundException", "The resource that you specified for the "
+                    f"{field} parameter doesn't exist.")
+
+
+def _move_task_queue(naming: Any, arn: Any, field: str) -> QueueRef:
+    try:
+        return naming.ref_of_arn(arn, field)
+    except SqsError as exc:
+        if exc.code == "QueueDoesNotExist":
+            raise _no_such_queue(field) from None
+        raise
+
+
+def _existing(field: str, lookup: Callable[[], Any]) -> Any:
+    """``lookup()`` of the queue ``field`` names; a queue that does not exist is SQS's
+    ResourceNotFoundException here."""
+    try:
+        return lookup()
+    except QueueNotFound:
+        raise _no_such_queue(field) from None
+
+
 async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     source_arn = params.get("SourceArn")
     if source_arn is None:
         raise missing("SourceArn")
     naming = ctx.naming
-    dlq = naming.ref_of_arn(source_arn, "SourceArn")
+    dlq = _move_task_queue(naming, source_arn, "SourceArn")
     destination_arn = params.get("DestinationArn")
-    destination = (naming.ref_of_arn(destination_arn, "DestinationArn")
+    destination = (_move_task_queue(naming, destination_arn, "DestinationArn")
                    if destination_arn is not None else None)
     rate = int_param(params, "MaxNumberOfMessagesPerSecond", 1, 500)
 
     def sources_of_dlq(engine: Any, caller: str | None) -> list[str]:
-        engine.check_queue_access(dlq.lamina_name, caller=caller)
+        _existing("SourceArn", lambda: engine.check_queue_access(dlq.lamina_name,
+                                                                 caller=caller))
+        if destination is not None:
+            _existing("DestinationArn", lambda: engine.check_queue_access(
+                destination.lamina_name, caller=caller))
         return _sources_of(engine, None, dlq.lamina_name)  # the redrive checks "manage"
 
     sources = await ctx.bridge.job(sources_of_dlq)
@@ -370,10 +398,10 @@ async def list_message_move_tasks(ctx: Context, params: dict[str, Any]) -> dict[
     source_arn = params.get("SourceArn")
     if source_arn is None:
         raise missing("SourceArn")
-    dlq = ctx.naming.ref_of_arn(source_arn, "SourceArn")
+    dlq = _move_task_queue(ctx.naming, source_arn, "SourceArn")
     limit = int_param(params, "MaxResults", 1, 10, 1)
-    await ctx.bridge.job(lambda engine, caller: engine.queue_extras(dlq.lamina_name,
-                                                                    caller=caller))
+    await ctx.bridge.job(lambda engine, caller: _existing(
+        "SourceArn", lambda: engine.queue_extras(dlq.lamina_name, caller=caller)))
     tasks = [task for task in reversed(ctx.state.move_tasks.values())
              if task["SourceArn"] == source_arn]
     # SQS shows a task's handle only while it runs; here every listed task has completed.

@@ -253,3 +253,19 @@ def test_a_move_task_needs_a_dead_letter_queue(sqs: Any) -> None:
     assert _code(sqs.start_message_move_task, SourceArn=_arn("dlq2"),
                  DestinationArn=_arn("elsewhere")) == "InvalidParameterValue"
     assert sqs.start_message_move_task(SourceArn=_arn("dlq2"), DestinationArn=_arn("src2"))
+
+
+def test_a_move_task_on_a_queue_that_does_not_exist_is_resource_not_found(sqs: Any) -> None:
+    for call in (sqs.start_message_move_task, sqs.list_message_move_tasks):
+        with pytest.raises(ClientError) as caught:
+            call(SourceArn=_arn("no-such-dlq"))
+        assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
+        assert isinstance(caught.value, sqs.exceptions.ResourceNotFoundException)
+        assert "SourceArn" in caught.value.response["Error"]["Message"]
+    sqs.create_queue(QueueName="dlq3")
+    sqs.create_queue(QueueName="src3", Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": _arn("dlq3"), "maxReceiveCount": 1})})
+    with pytest.raises(ClientError) as caught:
+        sqs.start_message_move_task(SourceArn=_arn("dlq3"), DestinationArn=_arn("no-such-src"))
+    assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    assert "DestinationArn" in caught.value.response["Error"]["Message"]
