@@ -34,6 +34,7 @@ __all__ = ["ACTIONS", "Action"]
 Action = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 MAX_TAGS = 50
+MAX_LAMINA_NAME = 64
 REDRIVE_BATCH = 100_000
 
 
@@ -154,17 +155,34 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     token = params.get("NextToken")
     if token is not None and not isinstance(token, str):
         raise invalid("NextToken is a string.")
-    args: dict[str, Any] = {"limit": limit or 1000}
-    if prefix:
-        args["prefix"] = prefix.replace(".", "-")
-    if token:
-        args["after"] = token
-    page = (await ctx.bridge.call("list_queues", args)).result
-    result: dict[str, Any] = {"QueueUrls": [ctx.url(sqs_name_of(name))
-                                            for name in page["queues"]]}
-    if limit is not None and page["next"] is not None:
-        result["NextToken"] = page["next"]
+    names, after = await _queue_names(ctx, prefix, token or None, limit or 1000)
+    result: dict[str, Any] = {"QueueUrls": [ctx.url(name) for name in names]}
+    if limit is not None and after is not None:
+        result["NextToken"] = after
     return result
+
+
+async def _queue_names(ctx: Context, prefix: str | None, after: str | None, wanted: int
+                       ) -> tuple[list[str], str | None]:
+    """-> (up to ``wanted`` SQS names starting with ``prefix`` after ``after``, the next
+    page's ``after`` or None). Lamina lists its own names, letter case aside ("a.fifo" is
+    "a-fifo"): its pages are filtered down to the names SQS's case-sensitive prefix takes."""
+    lamina_prefix = prefix.replace(".", "-") if prefix else None
+    if lamina_prefix is not None and len(lamina_prefix) > MAX_LAMINA_NAME:
+        return [], None  # no queue's name is that long
+    names: list[str] = []
+    while True:
+        args: dict[str, Any] = {"limit": wanted - len(names)}
+        if lamina_prefix:
+            args["prefix"] = lamina_prefix
+        if after is not None:
+            args["after"] = after
+        page = (await ctx.bridge.call("list_queues", args)).result
+        names.extend(name for name in map(sqs_name_of, page["queues"])
+                     if not prefix or name.startswith(prefix))
+        after = page["next"]
+        if after is None or len(names) == wanted:
+            return names, after
 
 
 async def delete_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

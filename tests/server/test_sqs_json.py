@@ -79,6 +79,26 @@ def test_list_queues_with_prefix_and_pages(sqs: Any) -> None:
     assert "NextToken" not in second
 
 
+def test_list_queues_lists_only_names_that_start_with_the_prefix(sqs: Any) -> None:
+    sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})
+    for name in ("jobs-dlq", "jobs-fast", "Jobsx"):
+        sqs.create_queue(QueueName=name)
+
+    def listed(prefix: str, **page: Any) -> list[str]:
+        return [url.rsplit("/", 1)[1] for url in
+                sqs.list_queues(QueueNamePrefix=prefix, **page).get("QueueUrls", [])]
+
+    assert listed("jobs-") == ["jobs-dlq", "jobs-fast"]  # not jobs.fifo (held as jobs-fifo)
+    assert listed("jobs-f") == ["jobs-fast"]
+    assert listed("jobs.") == ["jobs.fifo"]
+    assert listed("jobs") == ["jobs-dlq", "jobs-fast", "jobs.fifo"]
+    assert listed("Jobs") == ["Jobsx"]  # SQS's prefixes are case-sensitive
+    first = sqs.list_queues(QueueNamePrefix="jobs-", MaxResults=1)
+    assert [url.rsplit("/", 1)[1] for url in first["QueueUrls"]] == ["jobs-dlq"]
+    assert listed("jobs-", MaxResults=1, NextToken=first["NextToken"]) == ["jobs-fast"]
+    assert listed("j" * 70) == []
+
+
 def test_attributes_map_onto_the_queue_and_back(sqs: Any) -> None:
     url = sqs.create_queue(QueueName="attributes", Attributes={
         "DelaySeconds": "5", "VisibilityTimeout": "45", "MessageRetentionPeriod": "600",
