@@ -8,16 +8,18 @@ actions that change a queue and its extras run as one engine job, in one group c
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from lamina.engine.errors import InvalidArgument, QueueNotFound
+from lamina.engine.errors import InvalidArgument, InvalidRedrivePolicy, QueueNotFound
 
 from .context import Context
 from .errors import SqsError, invalid, missing
 from .messaging import MESSAGE_ACTIONS, int_param, queue_of
 from .queues import (
+    FIFO_SUFFIX,
     SHARED_ATTRIBUTES,
     QueueRef,
     answer_attributes,
@@ -46,33 +48,47 @@ def _dlq_name(ref: QueueRef) -> str:
     return ref.lamina_name
 
 
-def _check_redrive_allowed(engine: Any, caller: str | None, source_arn: str,
-                           redrive: dict[str, Any] | None) -> None:
-    """SQS: a dead-letter queue's RedriveAllowPolicy says which queues may use it."""
+def _check_dead_letter_queue(engine: Any, caller: str | None, ref: QueueRef, naming: Any,
+                             redrive: dict[str, Any] | None) -> None:
+    """SQS's rules for the dead-letter queue ``ref``'s RedrivePolicy names: it exists, it is of
+    the same kind (FIFO or standard), and its RedriveAllowPolicy lets ``ref`` use it."""
     if not redrive:
         return
-    extras = engine.queue_extras(redrive["dlq"], caller=caller)
+    try:
+        extras = engine.queue_extras(redrive["dlq"], caller=caller)
+    except QueueNotFound:
+        raise invalid("Value for parameter RedrivePolicy is invalid. Reason: Dead letter "
+                      "target does not exist.") from None
+    if sqs_name_of(redrive["dlq"]).endswith(FIFO_SUFFIX) != ref.fifo:
+        raise invalid("Value for parameter RedrivePolicy is invalid. Reason: the dead-letter "
+                      "queue of a FIFO queue must be a FIFO queue, and of a standard queue a "
+                      "standard queue.")
     raw = extras.get("RedriveAllowPolicy")
     if not raw:
         return
     policy = json.loads(raw)
     permission = policy.get("redrivePermission")
-    if permission == "denyAll" or (permission == "byQueue" and source_arn not in
+    if permission == "denyAll" or (permission == "byQueue" and naming.arn(ref.sqs_name) not in
                                    policy.get("sourceQueueArns", [])):
         raise invalid("Value for parameter RedrivePolicy is invalid. Reason: the "
                       "dead-letter queue's RedriveAllowPolicy does not allow this queue.")
 
 
-_SQS_NAMES = {f"attributes.{lamina}": sqs for sqs, (lamina, *_) in SHARED_ATTRIBUTES.items()}
-_SQS_NAMES["attributes.redrive"] = "RedrivePolicy"
+#: Lamina's queue attribute names (in its refusals) -> SQS's.
+_SQS_NAMES = {"redrive.dlq": "RedrivePolicy", "redrive": "RedrivePolicy",
+              **{lamina: sqs for sqs, (lamina, *_) in SHARED_ATTRIBUTES.items()}}
+_LAMINA_NAME_RE = re.compile(r"\b(?:attributes\.)(?:%s)\b|\b(?:%s)\b" % (
+    "|".join(re.escape(name) for name in _SQS_NAMES),
+    "|".join(lamina for lamina, *_ in SHARED_ATTRIBUTES.values())))
 
 
-def _attribute_error(error: InvalidArgument) -> SqsError:
+def _attribute_error(error: InvalidArgument | InvalidRedrivePolicy) -> SqsError:
     """A Lamina refusal of queue attributes, in SQS's attribute names."""
-    message = error.message
-    for lamina, sqs in _SQS_NAMES.items():
-        message = message.replace(lamina, sqs)
-    return SqsError("InvalidAttributeValue", message)
+    message = _LAMINA_NAME_RE.sub(
+        lambda match: _SQS_NAMES[match.group().removeprefix("attributes.")], error.message)
+    code = ("InvalidParameterValue" if isinstance(error, InvalidRedrivePolicy)
+            else "InvalidAttributeValue")
+    return SqsError(code, message)
 
 
 def _tags_param(value: Any, name: str) -> dict[str, str]:
@@ -119,10 +135,10 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                 raise SqsError("QueueNameExists", "A queue already exists with the same "
                                "name and a different value for an attribute.")
             return
-        _check_redrive_allowed(engine, caller, naming.arn(ref.sqs_name), lamina.get("redrive"))
+        _check_dead_letter_queue(engine, caller, ref, naming, lamina.get("redrive"))
         try:
             engine.create_queue(ref.lamina_name, lamina, caller=caller)
-        except InvalidArgument as exc:
+        except (InvalidArgument, InvalidRedrivePolicy) as exc:
             raise _attribute_error(exc) from None
         extras = dict(new_extras)
         if tags:
@@ -234,11 +250,11 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         old = engine.queue_extras(ref.lamina_name)  # the changes below check "manage"
         extras = extras_of(attributes, ref.fifo, old, _now_s())
         if "redrive" in lamina:
-            _check_redrive_allowed(engine, caller, naming.arn(ref.sqs_name), lamina["redrive"])
+            _check_dead_letter_queue(engine, caller, ref, naming, lamina["redrive"])
         if lamina:
             try:
                 engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller)
-            except InvalidArgument as exc:
+            except (InvalidArgument, InvalidRedrivePolicy) as exc:
                 raise _attribute_error(exc) from None
         if extras != old:
             engine.set_queue_extras(ref.lamina_name, extras, caller=caller)

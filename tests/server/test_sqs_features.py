@@ -165,10 +165,34 @@ def test_redrive_allow_policy_is_enforced(sqs: Any) -> None:
     assert _code(sqs.set_queue_attributes, QueueUrl=url, Attributes={
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": _arn("closed-dlq"),
                                      "maxReceiveCount": 3})}) == "InvalidParameterValue"
-    assert _code(sqs.set_queue_attributes, QueueUrl=url, Attributes={
-        "RedrivePolicy": json.dumps({"deadLetterTargetArn": _arn("no-such-queue"),
-                                     "maxReceiveCount": 3})}) == \
-        "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_redrive_policy_refusals_name_the_redrive_policy(sqs: Any) -> None:
+    def refusal(**call: Any) -> dict[str, str]:
+        with pytest.raises(ClientError) as caught:
+            (sqs.set_queue_attributes if "QueueUrl" in call else sqs.create_queue)(**call)
+        return caught.value.response["Error"]
+
+    def policy(dlq: str) -> dict[str, str]:
+        return {"RedrivePolicy": json.dumps({"deadLetterTargetArn": _arn(dlq),
+                                             "maxReceiveCount": 3})}
+
+    url = sqs.create_queue(QueueName="needs-dlq")["QueueUrl"]
+    sqs.create_queue(QueueName="plain-dlq")
+    sqs.create_queue(QueueName="fifo-dlq.fifo", Attributes={"FifoQueue": "true"})
+    fifo = sqs.create_queue(QueueName="fifo-src.fifo", Attributes={"FifoQueue": "true"})
+    for error in (refusal(QueueUrl=url, Attributes=policy("no-such-dlq")),  # not the queue's own
+                  refusal(QueueName="new-src", Attributes=policy("no-such-dlq")),
+                  refusal(QueueUrl=url, Attributes=policy("needs-dlq")),  # its own DLQ
+                  refusal(QueueUrl=url, Attributes=policy("fifo-dlq.fifo")),  # SQS: same kinds
+                  refusal(QueueUrl=fifo["QueueUrl"], Attributes=policy("plain-dlq"))):
+        assert error["Code"] == "InvalidParameterValue"
+        assert "RedrivePolicy" in error["Message"] and "attributes." not in error["Message"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert "new-src" not in str(sqs.list_queues(QueueNamePrefix="new-src"))
+    error = refusal(QueueName="slow", Attributes={"DelaySeconds": "900",
+                                                  "MessageRetentionPeriod": "60"})
+    assert "MessageRetentionPeriod" in error["Message"]
 
 
 # -- tags, permissions ------------------------------------------------------------------------
