@@ -13,7 +13,13 @@ import re
 from typing import Any, Callable, TypeVar
 
 from lamina.engine import wall_clock_ms
-from lamina.engine.errors import LaminaError, QueueNotFound, StaleReceipt, error_from_wire
+from lamina.engine.errors import (
+    LaminaError,
+    MessageTooLarge,
+    QueueNotFound,
+    StaleReceipt,
+    error_from_wire,
+)
 from lamina.engine.records import Message
 from lamina.engine.results import Sent, VisibilityChanged
 
@@ -129,6 +135,7 @@ class _Outgoing:
             raise invalid(f"{where}: the message body must be a non-empty string.")
         check_text(body, f"{where}: the message body", "InvalidMessageContents")
         self.body = body
+        self.where = where
         attributes = checked_attributes(entry.get("MessageAttributes"), where)
         system = checked_system_attributes(entry.get("MessageSystemAttributes"), where)
         self.size = len(body.encode()) + attributes_size(attributes) + attributes_size(system)
@@ -227,12 +234,22 @@ async def _send(ctx: Context, ref: QueueRef, outgoing: list[_Outgoing]) -> list[
     return await ctx.bridge.job(run)
 
 
+def _send_error(error: LaminaError, out: _Outgoing) -> SqsError:
+    """The SQS error for a refused send; a message over the queue's size limit is named as
+    the request named it (Lamina names its own entry and attribute)."""
+    if isinstance(error, MessageTooLarge):
+        reason = error.message.split(": ", 1)[-1].replace(
+            "max_message_size", "the queue's MaximumMessageSize")
+        return invalid(f"{out.where}: one or more parameters are invalid. Reason: {reason}.")
+    return from_lamina(error)
+
+
 async def send_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     ref = queue_of(ctx, params)
     out = _Outgoing(ctx, ref, params, "SendMessage")
     result = (await _send(ctx, ref, [out]))[0]
     if isinstance(result, LaminaError):
-        raise from_lamina(result)
+        raise _send_error(result, out)
     return out.answer(result, ref.fifo)
 
 
@@ -249,7 +266,7 @@ async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, 
         results = await _send(ctx, ref, [out for _, out in ready])
         for (entry_id, out), result in zip(ready, results):
             if isinstance(result, LaminaError):
-                failed.append(_failed(entry_id, result))
+                failed.append(_failed(entry_id, _send_error(result, out)))
             else:
                 successful.append({"Id": entry_id, **out.answer(result, ref.fifo)})
     return {"Successful": successful, "Failed": failed}

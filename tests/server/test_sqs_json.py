@@ -399,3 +399,20 @@ def test_a_number_attribute_comes_back_as_sent_with_the_send_s_digest(sqs: Any) 
     got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
     assert got["MessageAttributes"] == attributes
     assert got["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
+
+
+def test_a_message_over_the_queue_s_maximum_size_is_refused_in_sqs_s_names(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="small",
+                           Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    error = _error(sqs.send_message, QueueUrl=url, MessageBody="x" * 1025)["Error"]
+    assert error["Code"] == "InvalidParameterValue"
+    assert "MaximumMessageSize" in error["Message"] and "1024" in error["Message"]
+    assert "max_message_size" not in error["Message"] and "messages[" not in error["Message"]
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "bad", "MessageBody": "x", "DelaySeconds": 901},
+        {"Id": "fits", "MessageBody": "x" * 1024},
+        {"Id": "large", "MessageBody": "x" * 1025}])
+    assert [entry["Id"] for entry in answer["Successful"]] == ["fits"]
+    large = [entry for entry in answer["Failed"] if entry["Id"] == "large"][0]
+    assert large["Code"] == "InvalidParameterValue" and large["SenderFault"]
+    assert large["Message"].startswith("Entries[2]") and "MaximumMessageSize" in large["Message"]
