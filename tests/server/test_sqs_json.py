@@ -229,8 +229,6 @@ def test_receipt_handle_stays_valid_across_visibility_changes(sqs: Any) -> None:
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=100)
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=200)
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
-    with pytest.raises(sqs.exceptions.MessageNotInflight):
-        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=5)
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)  # SQS: an old handle succeeds
     other = sqs.create_queue(QueueName="handles-other")["QueueUrl"]
     with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
@@ -238,6 +236,52 @@ def test_receipt_handle_stays_valid_across_visibility_changes(sqs: Any) -> None:
     error = _error(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-handle!")
     assert error["Error"]["Code"] == "ReceiptHandleIsInvalid"
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_changing_visibility_with_an_ended_lease_s_handle_says_why(sqs: Any) -> None:
+    """SQS: a handle whose message is visible again is MessageNotInflight; one whose message
+    was received again since, or deleted, names a message that does not exist or is not
+    available (InvalidParameterValue)."""
+    url = sqs.create_queue(QueueName="ended")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    first = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"][0]
+    time.sleep(1.1)
+    with pytest.raises(sqs.exceptions.MessageNotInflight):
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"],
+                                      VisibilityTimeout=5)
+    second = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
+    for handle in (first["ReceiptHandle"], second["ReceiptHandle"]):
+        error = _error(sqs.change_message_visibility, QueueUrl=url, ReceiptHandle=handle,
+                       VisibilityTimeout=5)["Error"]
+        assert error["Code"] == "InvalidParameterValue"
+        assert "ReceiptHandle" in error["Message"] and "not available" in error["Message"]
+    failed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "gone", "ReceiptHandle": second["ReceiptHandle"], "VisibilityTimeout": 5}])
+    assert failed["Failed"][0]["Code"] == "InvalidParameterValue"
+
+
+def test_a_fifo_delete_with_an_expired_handle_is_refused(sqs: Any) -> None:
+    """SQS: on a FIFO queue a handle whose visibility timeout passed has expired, and deleting
+    with it is an error (the message is delivered again); a standard queue's succeeds."""
+    url = sqs.create_queue(QueueName="expiring.fifo",
+                           Attributes={"FifoQueue": "true"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m", MessageGroupId="g",
+                     MessageDeduplicationId="d")
+    first = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"][0]
+    time.sleep(1.1)
+    error = _error(sqs.delete_message, QueueUrl=url,
+                   ReceiptHandle=first["ReceiptHandle"])["Error"]
+    assert error["Code"] == "InvalidParameterValue" and "expired" in error["Message"]
+    second = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    assert second["MessageId"] == first["MessageId"]
+    answer = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "old", "ReceiptHandle": first["ReceiptHandle"]}])  # received again since
+    assert answer["Failed"][0]["Id"] == "old" and not answer["Successful"]
+    assert answer["Failed"][0]["Code"] == "InvalidParameterValue"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])  # a retry
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
 
 
 def test_visibility_zero_makes_a_message_receivable_again(sqs: Any) -> None:
