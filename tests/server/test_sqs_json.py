@@ -460,3 +460,16 @@ def test_a_message_over_the_queue_s_maximum_size_is_refused_in_sqs_s_names(sqs: 
     large = [entry for entry in answer["Failed"] if entry["Id"] == "large"][0]
     assert large["Code"] == "InvalidParameterValue" and large["SenderFault"]
     assert large["Message"].startswith("Entries[2]") and "MaximumMessageSize" in large["Message"]
+
+
+def test_a_handle_of_another_queue_is_refused_naming_the_receipt_handle(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="mine")["QueueUrl"]
+    other = sqs.create_queue(QueueName="theirs")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    for call, extra in ((sqs.delete_message, {}),
+                        (sqs.change_message_visibility, {"VisibilityTimeout": 5})):
+        error = _error(call, QueueUrl=other, ReceiptHandle=handle, **extra)["Error"]
+        assert error["Code"] == "ReceiptHandleIsInvalid"
+        assert error["Message"].startswith("The input receipt handle is not valid")
+        assert "another queue" in error["Message"]
