@@ -198,6 +198,12 @@ class Engine(EngineCore):
         (the old one goes stale); 0 ends it at once -> ``VisibilityChanged(None, now)``."""
         return self._messaging.change_visibility(queue, entries, tag, caller=caller)
 
+    def receipt_standing(self, queue: str, receipt: object, tag: str | None = None, *,
+                         caller: str | None = None) -> str:
+        """Why a receipt is stale: "current", "visible" (its lease ended, the message waits),
+        "released" (received again since) or "gone" (deleted or no longer in the queue)."""
+        return self._messaging.receipt_standing(queue, receipt, tag, caller=caller)
+
     def next_deadline(self) -> int | None:
         """The earliest time (ms) at which a message may become Active without a request
         (lease expiry, delay end), or None. A server's timer task sleeps until then."""

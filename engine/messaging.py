@@ -447,6 +447,23 @@ class MessagingOps:
             self._core._settle(q, now)
             return results
 
+    def receipt_standing(self, queue: str, receipt: object, tag: str | None = None, *,
+                         caller: str | None = None) -> str:
+        """Where the lease a receipt names stands, for a gateway saying why it is stale:
+        "current" (the lease holds), "visible" (it ended and no receive leased the message
+        since), "released" (a later receive leased it) or "gone" (the message was deleted,
+        dead-lettered or left the queue). ``InvalidReceipt`` for a receipt this server never
+        issued for the queue and tag."""
+        with self._core._operation() as now:
+            q, t = self._tag_operation(caller, queue, tag, now)
+            _, seq, number = self._core._receipts.open(receipt, q.id, t.id)
+            lease = t.leases.get(seq)
+            if lease is None or lease.state != LEASED or seq < q.gone_seq:
+                return "gone"
+            if lease.number != number:
+                return "released"
+            return "current" if lease.due_ms > now else "visible"
+
     # -- deadlines ----------------------------------------------------------------------------
 
     def process_deadlines(self) -> list[tuple[str, str | None]]:

@@ -8,16 +8,18 @@ actions that change a queue and its extras run as one engine job, in one group c
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from lamina.engine.errors import InvalidArgument, QueueNotFound
+from lamina.engine.errors import InvalidArgument, InvalidRedrivePolicy, QueueNotFound
 
 from .context import Context
 from .errors import SqsError, invalid, missing
 from .messaging import MESSAGE_ACTIONS, int_param, queue_of
 from .queues import (
+    FIFO_SUFFIX,
     SHARED_ATTRIBUTES,
     QueueRef,
     answer_attributes,
@@ -34,6 +36,7 @@ __all__ = ["ACTIONS", "Action"]
 Action = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 MAX_TAGS = 50
+MAX_LAMINA_NAME = 64
 REDRIVE_BATCH = 100_000
 
 
@@ -45,33 +48,47 @@ def _dlq_name(ref: QueueRef) -> str:
     return ref.lamina_name
 
 
-def _check_redrive_allowed(engine: Any, caller: str | None, source_arn: str,
-                           redrive: dict[str, Any] | None) -> None:
-    """SQS: a dead-letter queue's RedriveAllowPolicy says which queues may use it."""
+def _check_dead_letter_queue(engine: Any, caller: str | None, ref: QueueRef, naming: Any,
+                             redrive: dict[str, Any] | None) -> None:
+    """SQS's rules for the dead-letter queue ``ref``'s RedrivePolicy names: it exists, it is of
+    the same kind (FIFO or standard), and its RedriveAllowPolicy lets ``ref`` use it."""
     if not redrive:
         return
-    extras = engine.queue_extras(redrive["dlq"], caller=caller)
+    try:
+        extras = engine.queue_extras(redrive["dlq"], caller=caller)
+    except QueueNotFound:
+        raise invalid("Value for parameter RedrivePolicy is invalid. Reason: Dead letter "
+                      "target does not exist.") from None
+    if sqs_name_of(redrive["dlq"]).endswith(FIFO_SUFFIX) != ref.fifo:
+        raise invalid("Value for parameter RedrivePolicy is invalid. Reason: the dead-letter "
+                      "queue of a FIFO queue must be a FIFO queue, and of a standard queue a "
+                      "standard queue.")
     raw = extras.get("RedriveAllowPolicy")
     if not raw:
         return
     policy = json.loads(raw)
     permission = policy.get("redrivePermission")
-    if permission == "denyAll" or (permission == "byQueue" and source_arn not in
+    if permission == "denyAll" or (permission == "byQueue" and naming.arn(ref.sqs_name) not in
                                    policy.get("sourceQueueArns", [])):
         raise invalid("Value for parameter RedrivePolicy is invalid. Reason: the "
                       "dead-letter queue's RedriveAllowPolicy does not allow this queue.")
 
 
-_SQS_NAMES = {f"attributes.{lamina}": sqs for sqs, (lamina, *_) in SHARED_ATTRIBUTES.items()}
-_SQS_NAMES["attributes.redrive"] = "RedrivePolicy"
+#: Lamina's queue attribute names (in its refusals) -> SQS's.
+_SQS_NAMES = {"redrive.dlq": "RedrivePolicy", "redrive": "RedrivePolicy",
+              **{lamina: sqs for sqs, (lamina, *_) in SHARED_ATTRIBUTES.items()}}
+_LAMINA_NAME_RE = re.compile(r"\b(?:attributes\.)(?:%s)\b|\b(?:%s)\b" % (
+    "|".join(re.escape(name) for name in _SQS_NAMES),
+    "|".join(lamina for lamina, *_ in SHARED_ATTRIBUTES.values())))
 
 
-def _attribute_error(error: InvalidArgument) -> SqsError:
+def _attribute_error(error: InvalidArgument | InvalidRedrivePolicy) -> SqsError:
     """A Lamina refusal of queue attributes, in SQS's attribute names."""
-    message = error.message
-    for lamina, sqs in _SQS_NAMES.items():
-        message = message.replace(lamina, sqs)
-    return SqsError("InvalidAttributeValue", message)
+    message = _LAMINA_NAME_RE.sub(
+        lambda match: _SQS_NAMES[match.group().removeprefix("attributes.")], error.message)
+    code = ("InvalidParameterValue" if isinstance(error, InvalidRedrivePolicy)
+            else "InvalidAttributeValue")
+    return SqsError(code, message)
 
 
 def _tags_param(value: Any, name: str) -> dict[str, str]:
@@ -118,10 +135,10 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                 raise SqsError("QueueNameExists", "A queue already exists with the same "
                                "name and a different value for an attribute.")
             return
-        _check_redrive_allowed(engine, caller, naming.arn(ref.sqs_name), lamina.get("redrive"))
+        _check_dead_letter_queue(engine, caller, ref, naming, lamina.get("redrive"))
         try:
             engine.create_queue(ref.lamina_name, lamina, caller=caller)
-        except InvalidArgument as exc:
+        except (InvalidArgument, InvalidRedrivePolicy) as exc:
             raise _attribute_error(exc) from None
         extras = dict(new_extras)
         if tags:
@@ -154,17 +171,34 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     token = params.get("NextToken")
     if token is not None and not isinstance(token, str):
         raise invalid("NextToken is a string.")
-    args: dict[str, Any] = {"limit": limit or 1000}
-    if prefix:
-        args["prefix"] = prefix.replace(".", "-")
-    if token:
-        args["after"] = token
-    page = (await ctx.bridge.call("list_queues", args)).result
-    result: dict[str, Any] = {"QueueUrls": [ctx.url(sqs_name_of(name))
-                                            for name in page["queues"]]}
-    if limit is not None and page["next"] is not None:
-        result["NextToken"] = page["next"]
+    names, after = await _queue_names(ctx, prefix, token or None, limit or 1000)
+    result: dict[str, Any] = {"QueueUrls": [ctx.url(name) for name in names]}
+    if limit is not None and after is not None:
+        result["NextToken"] = after
     return result
+
+
+async def _queue_names(ctx: Context, prefix: str | None, after: str | None, wanted: int
+                       ) -> tuple[list[str], str | None]:
+    """-> (up to ``wanted`` SQS names starting with ``prefix`` after ``after``, the next
+    page's ``after`` or None). Lamina lists its own names, letter case aside ("a.fifo" is
+    "a-fifo"): its pages are filtered down to the names SQS's case-sensitive prefix takes."""
+    lamina_prefix = prefix.replace(".", "-") if prefix else None
+    if lamina_prefix is not None and len(lamina_prefix) > MAX_LAMINA_NAME:
+        return [], None  # no queue's name is that long
+    names: list[str] = []
+    while True:
+        args: dict[str, Any] = {"limit": wanted - len(names)}
+        if lamina_prefix:
+            args["prefix"] = lamina_prefix
+        if after is not None:
+            args["after"] = after
+        page = (await ctx.bridge.call("list_queues", args)).result
+        names.extend(name for name in map(sqs_name_of, page["queues"])
+                     if not prefix or name.startswith(prefix))
+        after = page["next"]
+        if after is None or len(names) == wanted:
+            return names, after
 
 
 async def delete_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
@@ -216,11 +250,11 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         old = engine.queue_extras(ref.lamina_name)  # the changes below check "manage"
         extras = extras_of(attributes, ref.fifo, old, _now_s())
         if "redrive" in lamina:
-            _check_redrive_allowed(engine, caller, naming.arn(ref.sqs_name), lamina["redrive"])
+            _check_dead_letter_queue(engine, caller, ref, naming, lamina["redrive"])
         if lamina:
             try:
                 engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller)
-            except InvalidArgument as exc:
+            except (InvalidArgument, InvalidRedrivePolicy) as exc:
                 raise _attribute_error(exc) from None
         if extras != old:
             engine.set_queue_extras(ref.lamina_name, extras, caller=caller)
@@ -320,19 +354,47 @@ async def list_dead_letter_source_queues(ctx: Context, params: dict[str, Any]
     return result
 
 
+def _no_such_queue(field: str) -> SqsError:
+    """SQS's answer to a move task naming a queue that does not exist."""
+    return SqsError("ResourceNotFoundException", "The resource that you specified for the "
+                    f"{field} parameter doesn't exist.")
+
+
+def _move_task_queue(naming: Any, arn: Any, field: str) -> QueueRef:
+    try:
+        return naming.ref_of_arn(arn, field)
+    except SqsError as exc:
+        if exc.code == "QueueDoesNotExist":
+            raise _no_such_queue(field) from None
+        raise
+
+
+def _existing(field: str, lookup: Callable[[], Any]) -> Any:
+    """``lookup()`` of the queue ``field`` names; a queue that does not exist is SQS's
+    ResourceNotFoundException here."""
+    try:
+        return lookup()
+    except QueueNotFound:
+        raise _no_such_queue(field) from None
+
+
 async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     source_arn = params.get("SourceArn")
     if source_arn is None:
         raise missing("SourceArn")
     naming = ctx.naming
-    dlq = naming.ref_of_arn(source_arn, "SourceArn")
+    dlq = _move_task_queue(naming, source_arn, "SourceArn")
     destination_arn = params.get("DestinationArn")
-    destination = (naming.ref_of_arn(destination_arn, "DestinationArn")
+    destination = (_move_task_queue(naming, destination_arn, "DestinationArn")
                    if destination_arn is not None else None)
     rate = int_param(params, "MaxNumberOfMessagesPerSecond", 1, 500)
 
     def sources_of_dlq(engine: Any, caller: str | None) -> list[str]:
-        engine.check_queue_access(dlq.lamina_name, caller=caller)
+        _existing("SourceArn", lambda: engine.check_queue_access(dlq.lamina_name,
+                                                                 caller=caller))
+        if destination is not None:
+            _existing("DestinationArn", lambda: engine.check_queue_access(
+                destination.lamina_name, caller=caller))
         return _sources_of(engine, None, dlq.lamina_name)  # the redrive checks "manage"
 
     sources = await ctx.bridge.job(sources_of_dlq)
@@ -370,10 +432,10 @@ async def list_message_move_tasks(ctx: Context, params: dict[str, Any]) -> dict[
     source_arn = params.get("SourceArn")
     if source_arn is None:
         raise missing("SourceArn")
-    dlq = ctx.naming.ref_of_arn(source_arn, "SourceArn")
+    dlq = _move_task_queue(ctx.naming, source_arn, "SourceArn")
     limit = int_param(params, "MaxResults", 1, 10, 1)
-    await ctx.bridge.job(lambda engine, caller: engine.queue_extras(dlq.lamina_name,
-                                                                    caller=caller))
+    await ctx.bridge.job(lambda engine, caller: _existing(
+        "SourceArn", lambda: engine.queue_extras(dlq.lamina_name, caller=caller)))
     tasks = [task for task in reversed(ctx.state.move_tasks.values())
              if task["SourceArn"] == source_arn]
     # SQS shows a task's handle only while it runs; here every listed task has completed.

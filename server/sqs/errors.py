@@ -103,6 +103,9 @@ def from_lamina(error: LaminaError) -> SqsError:
     code = _FROM_LAMINA.get(error.code, "InvalidParameterValue")
     if code == "QueueDoesNotExist":
         return SqsError(code, "The specified queue does not exist.")
+    if code == "ReceiptHandleIsInvalid":  # Lamina names its own field, "receipt"
+        reason = error.message.removeprefix("receipt:").strip()
+        return SqsError(code, f"The input receipt handle is not valid: {reason}.")
     return SqsError(code, error.message)
 
 

@@ -49,7 +49,8 @@ SYSTEM_ATTRIBUTE_NAMES = (
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 _NUMBER_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-_INT_RE = re.compile(r"-?(0|[1-9]\d{0,17})")
+#: A Number stored as an integer: exactly the text an integer prints back as ("-0" is not).
+_INT_RE = re.compile(r"0|-?[1-9]\d{0,17}")
 # XML 1.0 characters: what SQS accepts in a body or a string value.
 _INVALID_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _LENGTH = struct.Struct(">I")

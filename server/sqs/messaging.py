@@ -13,7 +13,13 @@ import re
 from typing import Any, Callable, TypeVar
 
 from lamina.engine import wall_clock_ms
-from lamina.engine.errors import LaminaError, QueueNotFound, StaleReceipt, error_from_wire
+from lamina.engine.errors import (
+    LaminaError,
+    MessageTooLarge,
+    QueueNotFound,
+    StaleReceipt,
+    error_from_wire,
+)
 from lamina.engine.records import Message
 from lamina.engine.results import Sent, VisibilityChanged
 
@@ -129,6 +135,7 @@ class _Outgoing:
             raise invalid(f"{where}: the message body must be a non-empty string.")
         check_text(body, f"{where}: the message body", "InvalidMessageContents")
         self.body = body
+        self.where = where
         attributes = checked_attributes(entry.get("MessageAttributes"), where)
         system = checked_system_attributes(entry.get("MessageSystemAttributes"), where)
         self.size = len(body.encode()) + attributes_size(attributes) + attributes_size(system)
@@ -227,12 +234,22 @@ async def _send(ctx: Context, ref: QueueRef, outgoing: list[_Outgoing]) -> list[
     return await ctx.bridge.job(run)
 
 
+def _send_error(error: LaminaError, out: _Outgoing) -> SqsError:
+    """The SQS error for a refused send; a message over the queue's size limit is named as
+    the request named it (Lamina names its own entry and attribute)."""
+    if isinstance(error, MessageTooLarge):
+        reason = error.message.split(": ", 1)[-1].replace(
+            "max_message_size", "the queue's MaximumMessageSize")
+        return invalid(f"{out.where}: one or more parameters are invalid. Reason: {reason}.")
+    return from_lamina(error)
+
+
 async def send_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     ref = queue_of(ctx, params)
     out = _Outgoing(ctx, ref, params, "SendMessage")
     result = (await _send(ctx, ref, [out]))[0]
     if isinstance(result, LaminaError):
-        raise from_lamina(result)
+        raise _send_error(result, out)
     return out.answer(result, ref.fifo)
 
 
@@ -249,7 +266,7 @@ async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, 
         results = await _send(ctx, ref, [out for _, out in ready])
         for (entry_id, out), result in zip(ready, results):
             if isinstance(result, LaminaError):
-                failed.append(_failed(entry_id, result))
+                failed.append(_failed(entry_id, _send_error(result, out)))
             else:
                 successful.append({"Id": entry_id, **out.answer(result, ref.fifo)})
     return {"Successful": successful, "Failed": failed}
@@ -323,11 +340,23 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
 # -- delete / change visibility --------------------------------------------------------------
 
 
-async def _delete(ctx: Context, ref: QueueRef, handles: list[bytes]) -> list[Any]:
+async def _standings(ctx: Context, ref: QueueRef, receipts: list[bytes]) -> list[str]:
+    """Where the leases of stale receipts stand (``Engine.receipt_standing``)."""
+    def run(engine: Any, caller: str | None) -> list[str]:
+        return [engine.receipt_standing(ref.lamina_name, receipt, ref.tag, caller=caller)
+                for receipt in receipts]
+
+    return await ctx.bridge.job(run)
+
+
+async def _delete(ctx: Context, ref: QueueRef, handles: list[bytes]) -> list[SqsError | None]:
     """Per handle None (done) or the error. SQS: a handle of an earlier receive (its lease
     ended: the message was deleted, received again or is visible again) "succeeds, but the
     message will not be deleted"; Lamina calls that receipt stale, so it answers success
-    too. A handle this server never issued for this queue is ``ReceiptHandleIsInvalid``."""
+    too, except on a FIFO queue, where SQS refuses a handle whose visibility timeout passed
+    as expired (a message deleted already stays a success: a retried delete; so does the
+    older of two handles of one message deleted in one batch). A handle this server never
+    issued for this queue is ``ReceiptHandleIsInvalid``."""
     now = wall_clock_ms()
     receipts = [ctx.state.handles.resolve(handle, now) for handle in handles]
     args = _tag_args(ref)
@@ -336,16 +365,25 @@ async def _delete(ctx: Context, ref: QueueRef, handles: list[bytes]) -> list[Any
     for handle, result in zip(handles, results):
         if result is None or isinstance(result, StaleReceipt):
             ctx.state.handles.forget(handle)
-    return [None if isinstance(result, StaleReceipt) else result for result in results]
+    errors = [None if result is None or isinstance(result, StaleReceipt)
+              else from_lamina(result) for result in results]
+    stale = [index for index, result in enumerate(results) if isinstance(result, StaleReceipt)]
+    if ref.fifo and stale:
+        standings = await _standings(ctx, ref, [receipts[index] for index in stale])
+        for index, standing in zip(stale, standings):
+            if standing != "gone":
+                errors[index] = invalid("Value for parameter ReceiptHandle is invalid. "
+                                        "Reason: The receipt handle has expired.")
+    return errors
 
 
 async def delete_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     ref = queue_of(ctx, params)
     if params.get("ReceiptHandle") is None:
         raise missing("ReceiptHandle")
-    result = (await _delete(ctx, ref, [receipt_bytes(params["ReceiptHandle"])]))[0]
-    if result is not None:
-        raise from_lamina(result)
+    error = (await _delete(ctx, ref, [receipt_bytes(params["ReceiptHandle"])]))[0]
+    if error is not None:
+        raise error
     return {}
 
 
@@ -355,36 +393,46 @@ async def delete_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str
         params, lambda _, entry: receipt_bytes(entry.get("ReceiptHandle")))
     successful = []
     if ready:
-        results = await _delete(ctx, ref, [handle for _, handle in ready])
-        for (entry_id, _), result in zip(ready, results):
-            if result is None:
+        errors = await _delete(ctx, ref, [handle for _, handle in ready])
+        for (entry_id, _), error in zip(ready, errors):
+            if error is None:
                 successful.append({"Id": entry_id})
             else:
-                failed.append(_failed(entry_id, result))
+                failed.append(_failed(entry_id, error))
     return {"Successful": successful, "Failed": failed}
 
 
-def _visibility_error(error: LaminaError) -> SqsError:
-    if isinstance(error, StaleReceipt):
-        return SqsError("MessageNotInflight", "The message is not in flight: its lease "
-                        "ended (it was deleted, or its visibility timeout passed).")
-    return from_lamina(error)
-
-
-async def _change(ctx: Context, ref: QueueRef, changes: list[tuple[bytes, int]]) -> list[Any]:
+async def _change(ctx: Context, ref: QueueRef, changes: list[tuple[bytes, int]]
+                  ) -> list[VisibilityChanged | SqsError]:
+    """Per change the new lease or the error. SQS: a handle whose message is visible again is
+    ``MessageNotInflight``; one whose message was received again since, or deleted, names a
+    message that "does not exist or is not available" (``InvalidParameterValue``)."""
     now = wall_clock_ms()
     handles = ctx.state.handles
+    receipts = [handles.resolve(handle, now) for handle, _ in changes]
     args = _tag_args(ref)
-    args["entries"] = [[handles.resolve(handle, now), timeout] for handle, timeout in changes]
+    args["entries"] = [[receipt, timeout] for receipt, (_, timeout) in zip(receipts, changes)]
     results = (await ctx.bridge.call("change_visibility", args)).result["results"]
-    decoded: list[VisibilityChanged | LaminaError] = []
+    decoded: list[VisibilityChanged | SqsError] = []
+    stale: list[int] = []
     for (handle, _), result in zip(changes, results):
         if isinstance(result, dict):  # an error map
-            decoded.append(error_from_wire(result))
+            error = error_from_wire(result)
+            if isinstance(error, StaleReceipt):
+                stale.append(len(decoded))
+            decoded.append(from_lamina(error))
             continue
         receipt, end_ms = result
         handles.changed(handle, receipt, end_ms, now)
         decoded.append(VisibilityChanged(receipt, end_ms))
+    if stale:
+        standings = await _standings(ctx, ref, [receipts[index] for index in stale])
+        for index, standing in zip(stale, standings):
+            decoded[index] = (
+                SqsError("MessageNotInflight", "The message is not in flight: its visibility "
+                         "timeout passed.") if standing in ("visible", "current") else
+                invalid("Value for parameter ReceiptHandle is invalid. Reason: Message does "
+                        "not exist or is not available for visibility timeout change."))
     return decoded
 
 
@@ -396,8 +444,8 @@ async def change_message_visibility(ctx: Context, params: dict[str, Any]) -> dic
     if timeout is None:
         raise missing("VisibilityTimeout")
     result = (await _change(ctx, ref, [(receipt_bytes(params["ReceiptHandle"]), timeout)]))[0]
-    if isinstance(result, LaminaError):
-        raise _visibility_error(result)
+    if isinstance(result, SqsError):
+        raise result
     return {}
 
 
@@ -416,8 +464,8 @@ async def change_message_visibility_batch(ctx: Context, params: dict[str, Any]
     if ready:
         results = await _change(ctx, ref, [change for _, change in ready])
         for (entry_id, _), result in zip(ready, results):
-            if isinstance(result, LaminaError):
-                failed.append(_failed(entry_id, _visibility_error(result)))
+            if isinstance(result, SqsError):
+                failed.append(_failed(entry_id, result))
             else:
                 successful.append({"Id": entry_id})
     return {"Successful": successful, "Failed": failed}

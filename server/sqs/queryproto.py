@@ -123,12 +123,17 @@ def parse_request(form: bytes, path: str) -> tuple[str, dict[str, Any]]:
 # -- answers ----------------------------------------------------------------------------------
 
 
+#: A carriage return is written as a reference: XML readers turn a literal one into a line
+#: feed, which would change a body (and its MD5) on its way to the client.
+_ENTITIES = {"\r": "&#xD;"}
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
-    return escape(str(value))
+    return escape(str(value), _ENTITIES)
 
 
 def _element(name: str, value: Any) -> str:

@@ -372,3 +372,20 @@ def test_deadline_registrations_do_not_grow_with_leases(engine, q):
     for _ in range(50):
         engine.receive(q, max=10)
     assert len(engine._deadlines.wake_heap) <= 2
+
+
+def test_receipt_standing_says_why_a_receipt_is_stale(engine, q, clock):
+    engine.send(q, [b"m"])
+    first = engine.receive(q, visibility_timeout=5)[0].receipt
+    assert engine.receipt_standing(q, first) == "current"
+    clock.advance(5000)
+    assert engine.receipt_standing(q, first) == "visible"  # its lease ended, nobody took it
+    second = engine.receive(q, visibility_timeout=5)[0].receipt
+    assert engine.receipt_standing(q, first) == "released"
+    assert engine.receipt_standing(q, second) == "current"
+    assert engine.delete(q, [second]) == [None]
+    assert engine.receipt_standing(q, second) == "gone"
+    assert engine.receipt_standing(q, first) == "gone"
+    engine.create_queue("other")
+    with pytest.raises(InvalidReceipt):
+        engine.receipt_standing("other", first)

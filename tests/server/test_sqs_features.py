@@ -165,10 +165,34 @@ def test_redrive_allow_policy_is_enforced(sqs: Any) -> None:
     assert _code(sqs.set_queue_attributes, QueueUrl=url, Attributes={
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": _arn("closed-dlq"),
                                      "maxReceiveCount": 3})}) == "InvalidParameterValue"
-    assert _code(sqs.set_queue_attributes, QueueUrl=url, Attributes={
-        "RedrivePolicy": json.dumps({"deadLetterTargetArn": _arn("no-such-queue"),
-                                     "maxReceiveCount": 3})}) == \
-        "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_redrive_policy_refusals_name_the_redrive_policy(sqs: Any) -> None:
+    def refusal(**call: Any) -> dict[str, str]:
+        with pytest.raises(ClientError) as caught:
+            (sqs.set_queue_attributes if "QueueUrl" in call else sqs.create_queue)(**call)
+        return caught.value.response["Error"]
+
+    def policy(dlq: str) -> dict[str, str]:
+        return {"RedrivePolicy": json.dumps({"deadLetterTargetArn": _arn(dlq),
+                                             "maxReceiveCount": 3})}
+
+    url = sqs.create_queue(QueueName="needs-dlq")["QueueUrl"]
+    sqs.create_queue(QueueName="plain-dlq")
+    sqs.create_queue(QueueName="fifo-dlq.fifo", Attributes={"FifoQueue": "true"})
+    fifo = sqs.create_queue(QueueName="fifo-src.fifo", Attributes={"FifoQueue": "true"})
+    for error in (refusal(QueueUrl=url, Attributes=policy("no-such-dlq")),  # not the queue's own
+                  refusal(QueueName="new-src", Attributes=policy("no-such-dlq")),
+                  refusal(QueueUrl=url, Attributes=policy("needs-dlq")),  # its own DLQ
+                  refusal(QueueUrl=url, Attributes=policy("fifo-dlq.fifo")),  # SQS: same kinds
+                  refusal(QueueUrl=fifo["QueueUrl"], Attributes=policy("plain-dlq"))):
+        assert error["Code"] == "InvalidParameterValue"
+        assert "RedrivePolicy" in error["Message"] and "attributes." not in error["Message"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert "new-src" not in str(sqs.list_queues(QueueNamePrefix="new-src"))
+    error = refusal(QueueName="slow", Attributes={"DelaySeconds": "900",
+                                                  "MessageRetentionPeriod": "60"})
+    assert "MessageRetentionPeriod" in error["Message"]
 
 
 # -- tags, permissions ------------------------------------------------------------------------
@@ -253,3 +277,19 @@ def test_a_move_task_needs_a_dead_letter_queue(sqs: Any) -> None:
     assert _code(sqs.start_message_move_task, SourceArn=_arn("dlq2"),
                  DestinationArn=_arn("elsewhere")) == "InvalidParameterValue"
     assert sqs.start_message_move_task(SourceArn=_arn("dlq2"), DestinationArn=_arn("src2"))
+
+
+def test_a_move_task_on_a_queue_that_does_not_exist_is_resource_not_found(sqs: Any) -> None:
+    for call in (sqs.start_message_move_task, sqs.list_message_move_tasks):
+        with pytest.raises(ClientError) as caught:
+            call(SourceArn=_arn("no-such-dlq"))
+        assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
+        assert isinstance(caught.value, sqs.exceptions.ResourceNotFoundException)
+        assert "SourceArn" in caught.value.response["Error"]["Message"]
+    sqs.create_queue(QueueName="dlq3")
+    sqs.create_queue(QueueName="src3", Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": _arn("dlq3"), "maxReceiveCount": 1})})
+    with pytest.raises(ClientError) as caught:
+        sqs.start_message_move_task(SourceArn=_arn("dlq3"), DestinationArn=_arn("no-such-src"))
+    assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    assert "DestinationArn" in caught.value.response["Error"]["Message"]

@@ -79,6 +79,26 @@ def test_list_queues_with_prefix_and_pages(sqs: Any) -> None:
     assert "NextToken" not in second
 
 
+def test_list_queues_lists_only_names_that_start_with_the_prefix(sqs: Any) -> None:
+    sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})
+    for name in ("jobs-dlq", "jobs-fast", "Jobsx"):
+        sqs.create_queue(QueueName=name)
+
+    def listed(prefix: str, **page: Any) -> list[str]:
+        return [url.rsplit("/", 1)[1] for url in
+                sqs.list_queues(QueueNamePrefix=prefix, **page).get("QueueUrls", [])]
+
+    assert listed("jobs-") == ["jobs-dlq", "jobs-fast"]  # not jobs.fifo (held as jobs-fifo)
+    assert listed("jobs-f") == ["jobs-fast"]
+    assert listed("jobs.") == ["jobs.fifo"]
+    assert listed("jobs") == ["jobs-dlq", "jobs-fast", "jobs.fifo"]
+    assert listed("Jobs") == ["Jobsx"]  # SQS's prefixes are case-sensitive
+    first = sqs.list_queues(QueueNamePrefix="jobs-", MaxResults=1)
+    assert [url.rsplit("/", 1)[1] for url in first["QueueUrls"]] == ["jobs-dlq"]
+    assert listed("jobs-", MaxResults=1, NextToken=first["NextToken"]) == ["jobs-fast"]
+    assert listed("j" * 70) == []
+
+
 def test_attributes_map_onto_the_queue_and_back(sqs: Any) -> None:
     url = sqs.create_queue(QueueName="attributes", Attributes={
         "DelaySeconds": "5", "VisibilityTimeout": "45", "MessageRetentionPeriod": "600",
@@ -209,8 +229,6 @@ def test_receipt_handle_stays_valid_across_visibility_changes(sqs: Any) -> None:
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=100)
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=200)
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
-    with pytest.raises(sqs.exceptions.MessageNotInflight):
-        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=5)
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)  # SQS: an old handle succeeds
     other = sqs.create_queue(QueueName="handles-other")["QueueUrl"]
     with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
@@ -218,6 +236,52 @@ def test_receipt_handle_stays_valid_across_visibility_changes(sqs: Any) -> None:
     error = _error(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-handle!")
     assert error["Error"]["Code"] == "ReceiptHandleIsInvalid"
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_changing_visibility_with_an_ended_lease_s_handle_says_why(sqs: Any) -> None:
+    """SQS: a handle whose message is visible again is MessageNotInflight; one whose message
+    was received again since, or deleted, names a message that does not exist or is not
+    available (InvalidParameterValue)."""
+    url = sqs.create_queue(QueueName="ended")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    first = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"][0]
+    time.sleep(1.1)
+    with pytest.raises(sqs.exceptions.MessageNotInflight):
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"],
+                                      VisibilityTimeout=5)
+    second = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
+    for handle in (first["ReceiptHandle"], second["ReceiptHandle"]):
+        error = _error(sqs.change_message_visibility, QueueUrl=url, ReceiptHandle=handle,
+                       VisibilityTimeout=5)["Error"]
+        assert error["Code"] == "InvalidParameterValue"
+        assert "ReceiptHandle" in error["Message"] and "not available" in error["Message"]
+    failed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "gone", "ReceiptHandle": second["ReceiptHandle"], "VisibilityTimeout": 5}])
+    assert failed["Failed"][0]["Code"] == "InvalidParameterValue"
+
+
+def test_a_fifo_delete_with_an_expired_handle_is_refused(sqs: Any) -> None:
+    """SQS: on a FIFO queue a handle whose visibility timeout passed has expired, and deleting
+    with it is an error (the message is delivered again); a standard queue's succeeds."""
+    url = sqs.create_queue(QueueName="expiring.fifo",
+                           Attributes={"FifoQueue": "true"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m", MessageGroupId="g",
+                     MessageDeduplicationId="d")
+    first = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"][0]
+    time.sleep(1.1)
+    error = _error(sqs.delete_message, QueueUrl=url,
+                   ReceiptHandle=first["ReceiptHandle"])["Error"]
+    assert error["Code"] == "InvalidParameterValue" and "expired" in error["Message"]
+    second = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    assert second["MessageId"] == first["MessageId"]
+    answer = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "old", "ReceiptHandle": first["ReceiptHandle"]}])  # received again since
+    assert answer["Failed"][0]["Id"] == "old" and not answer["Successful"]
+    assert answer["Failed"][0]["Code"] == "InvalidParameterValue"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])  # a retry
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
 
 
 def test_visibility_zero_makes_a_message_receivable_again(sqs: Any) -> None:
@@ -368,3 +432,44 @@ def test_names_differing_only_in_case_are_one_queue(sqs: Any) -> None:
     sqs.create_queue(QueueName="casing")
     with pytest.raises(sqs.exceptions.QueueNameExists, match="letter case"):
         sqs.create_queue(QueueName="Casing")
+
+
+def test_a_number_attribute_comes_back_as_sent_with_the_send_s_digest(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="numbers")["QueueUrl"]
+    attributes = {name: {"DataType": "Number", "StringValue": value}
+                  for name, value in (("zero", "0"), ("minus-zero", "-0"), ("plus", "+5"),
+                                      ("negative", "-12"), ("padded", "007"))}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes=attributes)
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert got["MessageAttributes"] == attributes
+    assert got["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
+
+
+def test_a_message_over_the_queue_s_maximum_size_is_refused_in_sqs_s_names(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="small",
+                           Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    error = _error(sqs.send_message, QueueUrl=url, MessageBody="x" * 1025)["Error"]
+    assert error["Code"] == "InvalidParameterValue"
+    assert "MaximumMessageSize" in error["Message"] and "1024" in error["Message"]
+    assert "max_message_size" not in error["Message"] and "messages[" not in error["Message"]
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "bad", "MessageBody": "x", "DelaySeconds": 901},
+        {"Id": "fits", "MessageBody": "x" * 1024},
+        {"Id": "large", "MessageBody": "x" * 1025}])
+    assert [entry["Id"] for entry in answer["Successful"]] == ["fits"]
+    large = [entry for entry in answer["Failed"] if entry["Id"] == "large"][0]
+    assert large["Code"] == "InvalidParameterValue" and large["SenderFault"]
+    assert large["Message"].startswith("Entries[2]") and "MaximumMessageSize" in large["Message"]
+
+
+def test_a_handle_of_another_queue_is_refused_naming_the_receipt_handle(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="mine")["QueueUrl"]
+    other = sqs.create_queue(QueueName="theirs")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    for call, extra in ((sqs.delete_message, {}),
+                        (sqs.change_message_visibility, {"VisibilityTimeout": 5})):
+        error = _error(call, QueueUrl=other, ReceiptHandle=handle, **extra)["Error"]
+        assert error["Code"] == "ReceiptHandleIsInvalid"
+        assert error["Message"].startswith("The input receipt handle is not valid")
+        assert "another queue" in error["Message"]

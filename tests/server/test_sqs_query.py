@@ -202,3 +202,15 @@ def test_boto3_speaking_query_dead_letter_actions(server: ThreadServer, tmp_path
     assert handle
     tasks = sqs.list_message_move_tasks(SourceArn=arn)["Results"]
     assert tasks[0]["Status"] == "COMPLETED" and tasks[0]["SourceArn"] == arn
+
+
+def test_carriage_returns_survive_the_xml_answer(server: ThreadServer, tmp_path: Path) -> None:
+    sqs = query_protocol_client(server.server.sqs_port, tmp_path / "models")
+    url = sqs.create_queue(QueueName="crlf")["QueueUrl"]
+    body = "line 1\r\nline 2\rend"
+    attributes = {"note": {"DataType": "String", "StringValue": "a\r\nb"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert got["Body"] == body and got["MD5OfBody"] == sent["MD5OfMessageBody"]
+    assert got["MessageAttributes"] == attributes
+    assert expected_md5_of_attributes(got["MessageAttributes"]) == got["MD5OfMessageAttributes"]
