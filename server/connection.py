@@ -34,7 +34,7 @@ Rules of a connection (each one lives in this file):
    ``auth`` must succeed within ``auth_timeout_s`` of connecting or the connection closes.
 5. Idle: no bytes and nothing unanswered (a waiting receive is not idle) for
    ``idle_timeout_s`` closes the connection; so does a writer that could send nothing of its
-   answers for that long (a client that does not read).
+   answers for that long (a client that does not read); never sooner after its last answer.
 6. Ending: after EOF, a protocol violation, a failed auth or a server shutdown, nothing more is
    read; waiting receives end with ``[]``; every request already read is answered; then (for a
    violation) the final ProtocolError frame; then the socket closes.
@@ -111,6 +111,7 @@ class Connection:
         self._all_answered: trio.Event | None = None
         self._read_scope: trio.CancelScope | None = None
         self._last_read = 0.0  # time.perf_counter(), plain TCP only (rule 5)
+        self._busy_at_deadline = False  # the last idle deadline found something unanswered
         self._authenticated = trio.Event()
         # Made here, not in its task: _finish may cancel it before that task first runs.
         self._auth_scope = trio.CancelScope()
@@ -278,7 +279,7 @@ class Connection:
             if scope.cancelled_caught:
                 if self._stop_reading:
                     return
-                if proto.outstanding_count == 0:
+                if not self._still_busy():
                     self._log_idle()
                     return
                 continue
@@ -319,8 +320,7 @@ class Connection:
             self._read_scope = None
             if not scope.cancelled_caught or self._stop_reading:
                 return  # EOF, a protocol error, a failed auth, or shutdown
-            if (time.perf_counter() - self._last_read >= idle_s
-                    and self.proto.outstanding_count == 0):
+            if not self._still_busy() and time.perf_counter() - self._last_read >= idle_s:
                 self._log_idle()
                 return
 
@@ -425,6 +425,12 @@ class Connection:
             self._track_input()
         return drained and self._sharing and self._may_read() and not (
             self._stop_reading or self._closing)
+
+    def _still_busy(self) -> bool:
+        """Rule 5 at an idle deadline: something is unanswered now or was at the one before."""
+        busy = self.proto.outstanding_count > 0
+        was_busy, self._busy_at_deadline = self._busy_at_deadline, busy
+        return busy or was_busy
 
     def _log_idle(self) -> None:
         log.info("idle connection closed", extra={"event": "idle_timeout", "peer": self.peer})

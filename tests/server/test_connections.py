@@ -7,11 +7,17 @@ import struct
 from pathlib import Path
 
 import cbor2
+import pytest
 import trio
 
 from lamina.client import AsyncClient
 from lamina.wire.protocol import ProtocolViolation, Response
-from tests.support.servers import RawConnection, count_queued_work, running_server
+from tests.support.servers import (
+    Certificates,
+    RawConnection,
+    count_queued_work,
+    running_server,
+)
 
 
 def frame(item: object) -> bytes:
@@ -407,3 +413,27 @@ async def test_an_item_queued_for_the_applier_is_never_overtaken(tmp_path: Path)
             while not server.applier._applier_idle:  # idle again once the inbox is empty
                 await trio.sleep(0.01)
         inbox.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+async def test_the_idle_timeout_counts_from_a_waiting_receive_s_answer_not_from_its_request(
+        tmp_path: Path, certificates: Certificates, tls: bool) -> None:
+    # DESIGN §4: a waiting receive is not idle; a client that long-polls longer than the idle
+    # timeout and sends its next request just after each answer is never cut off.
+    options = {"tls_cert": certificates.cert, "tls_key": certificates.key} if tls else {}
+    async with running_server(tmp_path, idle_timeout_s=0.4, **options) as server:
+        stream: trio.abc.Stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        if tls:
+            stream = trio.SSLStream(stream, certificates.client_context,
+                                    server_hostname="127.0.0.1")
+        connection = RawConnection(stream)
+        assert (await connection.next_event()).id == 0  # the greeting
+        await connection.call("create_queue", {"queue": "q"})
+        for _ in range(2):
+            waited = await connection.call("receive", {"queue": "q", "wait": 1.0})
+            assert waited.result == {"messages": []}
+            await trio.sleep(0.25)
+            with trio.fail_after(2):
+                assert (await connection.call("ping")).error is None
+        with trio.fail_after(2):
+            await connection.wait_closed()  # and once quiet, it is closed
