@@ -58,7 +58,7 @@ from .dispatch import Answer
 from .inplace import REQUEST_SLICE, answered_now, lone_answered_now
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
-from .preauth import pre_auth_answer
+from .preauth import pre_auth_answer, rejected_answer
 from .readhub import SHARE_WINDOW_S, ReadHub
 from .waiters import Waiter
 
@@ -460,7 +460,7 @@ class Connection:
                     else:
                         requests.append(event)
                 elif type(event) is RejectedRequest:
-                    self.answer(event.id, event.error)
+                    self.answer(event.id, rejected_answer(event, proto.pre_auth))
             # protocol.py rule 4: pre-auth, bytes after a request stay unparsed until it is
             # answered (done above); parse them now, under the limits now in force.
             if not (was_pre_auth and events) or self._closing or proto.protocol_error is not None:
