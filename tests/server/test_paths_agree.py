@@ -1,7 +1,7 @@
 """One request, whichever way it reaches the server, is checked and answered the same
-(PROTOCOL.md §1-2): alone in a read (the lone-request path), behind another request in one
-read (the pipelined path), cut across two reads (the buffering path), on a connection that
-authenticated first, and through TLS. Each way has its own server, given the same requests in
+(PROTOCOL.md §1-2): alone in a read (the lone-request path), behind one or many requests in
+one read (the pipelined path, in slices), cut across two reads (the buffering path), read by
+the read hub, on a connection that authenticated first, and through TLS. Each way has its own server, given the same requests in
 the same order, so their stores stay alike; errors must match byte for byte, successes in
 their shape (ids, times and receipts differ)."""
 
@@ -48,10 +48,15 @@ class Way:
     requests (a new one after the server closed it)."""
 
     def __init__(self, name: str, port: int, *, before: int = 0, split: bool = False,
-                 auth: bool = False, tls: ssl.SSLContext | None = None) -> None:
+                 auth: bool = False, tls: ssl.SSLContext | None = None,
+                 hub: bool = False) -> None:
         self.name, self.port = name, port
         self.before, self.split, self.auth, self.tls = before, split, auth, tls
         self.sock: socket.socket | None = None
+        #: A second connection whose reads come with this one's: the read hub serves them.
+        self.companion = socket.create_connection(("127.0.0.1", port), timeout=10) if hub \
+            else None
+        self.companion_ids = 0
         self.reader = FrameReader(64 * 1024 * 1024)
 
     def _connect(self) -> socket.socket:
@@ -88,6 +93,8 @@ class Way:
         """Send ``frame``; -> what the server sent about it: its answer, and then the final
         protocol error frame if it broke the protocol (the connection is then closed)."""
         sock = self.sock or self._connect()
+        if self.companion is not None:
+            self._together(sock, self.companion)
         if self.before:
             sock.sendall(b"".join(encode([OTHER_ID + n, "ping", {}]) for n in range(self.before))
                          + frame)
@@ -113,6 +120,17 @@ class Way:
                 return got + ["closed"]
             if answer[0] == request_id:
                 return got
+
+    def _together(self, sock: socket.socket, companion: socket.socket) -> None:
+        """A ping on both connections at once, so that this one's next read is the hub's
+        (readhub.py rule 1)."""
+        for _ in range(3):
+            self.companion_ids += 1
+            companion.sendall(encode([self.companion_ids, "ping", {}]))
+            sock.sendall(encode([OTHER_ID, "ping", {}]))
+            companion.recv(1 << 16)
+            answer = self._next()
+            assert answer is not None and answer[0] == OTHER_ID
 
     def close(self) -> None:
         if self.sock is not None:
@@ -254,6 +272,7 @@ def ways(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates
             Way("pipelined", start("pipelined").port, before=1),
             Way("crowded", start("crowded").port, before=20),
             Way("split", start("split").port, split=True),
+            Way("hub", (hubbed := start("hub")).port, hub=True),
             Way("authenticated", start("authenticated", keys=KEYS).port, auth=True),
             Way("tls", start("tls", tls_cert=certificates.cert,
                              tls_key=certificates.key).port,
@@ -263,8 +282,11 @@ def ways(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates
             for name in QUEUES:
                 way.ask(encode([1, "create_queue", {"queue": name}]), 1)
         yield made
+        assert hubbed.server.read_hub is not None and hubbed.server.read_hub.steps > 0
         for way in made:
             way.close()
+            if way.companion is not None:
+                way.companion.close()
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
