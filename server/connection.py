@@ -19,9 +19,9 @@ Rules of a connection (each one lives in this file):
 
 1. The greeting is sent first; the reader never parses anything before it is queued.
 2. Requests go to the applier (``ports.Applier``) in the order they were read, so they take
-   effect in arrival order (``apply_now`` may apply them in the reader's task: server.py rule 6).
-   Only ``auth`` before authentication, ``RejectedRequest`` errors and waiting receives that
-   time out are answered here; none of them touches the engine.
+   effect in arrival order (``apply_now`` may apply them in the reader's task: server.py rule 6),
+   refused ones too (groups.Refusal). Only requests before authentication and waiting
+   receives that time out are answered here; none of them touches the engine.
 3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
    unanswered, while more than ``4 x max_frame`` response bytes are unsent, (pre-auth) while a
    request is unanswered, and while the frame it is reading waits for the server's memory
@@ -55,10 +55,11 @@ from lamina.wire.protocol import RejectedRequest, Request, ServerConnection, Unk
 from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
 from .bugs import internal_error
 from .dispatch import Answer
+from .groups import refused
 from .inplace import REQUEST_SLICE, answered_now, lone_answered_now
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
-from .preauth import pre_auth_answer, rejected_answer
+from .preauth import pre_auth_answer
 from .readhub import SHARE_WINDOW_S, ReadHub
 from .waiters import Waiter
 
@@ -454,13 +455,12 @@ class Connection:
         while True:
             was_pre_auth = proto.pre_auth
             for event in events:
-                if type(event) is Request:
-                    if proto.pre_auth:
-                        self._pre_auth_request(event)
-                    else:
-                        requests.append(event)
-                elif type(event) is RejectedRequest:
-                    self.answer(event.id, rejected_answer(event, proto.pre_auth))
+                if type(event) is not Request and type(event) is not RejectedRequest:
+                    continue  # the violation that ends the events
+                if proto.pre_auth:
+                    self._pre_auth_request(event)
+                else:  # a refused request is answered in its turn (groups.Refusal)
+                    requests.append(refused(event) if isinstance(event, RejectedRequest) else event)
             # protocol.py rule 4: pre-auth, bytes after a request stay unparsed until it is
             # answered (done above); parse them now, under the limits now in force.
             if not (was_pre_auth and events) or self._closing or proto.protocol_error is not None:
@@ -524,7 +524,7 @@ class Connection:
         elif not applier.try_enqueue(inbox, work):
             await applier.enqueue(inbox, work)
 
-    def _pre_auth_request(self, request: Request) -> None:
+    def _pre_auth_request(self, request: Request | RejectedRequest) -> None:
         """Rule 4 (preauth.py). Runs here, not in the applier: it needs the key ring, not the
         engine."""
         reply = pre_auth_answer(request, self.applier.key, self.proto.nonce)

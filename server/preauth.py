@@ -23,9 +23,7 @@ from lamina.wire.protocol import RejectedRequest, Request, verify_auth_signature
 from .dispatch import Answer, MapAnswer, check_request
 from .keyring import ServerKey
 
-__all__ = [
-    "AUTH_FAILED", "PreAuthAnswer", "not_authenticated", "pre_auth_answer", "rejected_answer",
-]
+__all__ = ["AUTH_FAILED", "PreAuthAnswer", "pre_auth_answer"]
 
 #: One message for every failed ``auth``: unknown key and wrong signature look the same.
 AUTH_FAILED = "authentication failed"
@@ -42,25 +40,16 @@ class PreAuthAnswer:
     failed_auth: bool = False
 
 
-def not_authenticated(op: str) -> Unauthorized:
-    """The answer to any op but ``auth`` before authentication, whatever its arguments."""
-    return Unauthorized(f"{op}: authenticate first (the first request must be auth)")
-
-
-def rejected_answer(rejected: RejectedRequest, pre_auth: bool) -> LaminaError:
-    """The answer to a request whose arguments carry a value no request may (a tag, NaN):
-    its InvalidArgument, but before authentication for any op but ``auth``."""
-    if pre_auth and rejected.op != "auth":
-        return not_authenticated(rejected.op)
-    return rejected.error
-
-
-def pre_auth_answer(request: Request, key: Callable[[object], ServerKey | None],
-                    nonce: bytes) -> PreAuthAnswer:
+def pre_auth_answer(request: Request | RejectedRequest,
+                    key: Callable[[object], ServerKey | None], nonce: bytes) -> PreAuthAnswer:
     """The answer to ``request``, read before authentication; ``key`` looks a key id up in the
-    keys in force, ``nonce`` is the greeting's."""
+    keys in force, ``nonce`` is the greeting's. A request the codec refused (a value no
+    request may carry: a tag, NaN) is answered like any other of its op."""
     if request.op != "auth":
-        return PreAuthAnswer(not_authenticated(request.op))
+        return PreAuthAnswer(Unauthorized(
+            f"{request.op}: authenticate first (the first request must be auth)"))
+    if isinstance(request, RejectedRequest):
+        return PreAuthAnswer(request.error)
     try:
         check_request("auth", request.args)
         key_id, signature = request.args["key"], request.args["signature"]

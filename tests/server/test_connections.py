@@ -92,6 +92,22 @@ async def test_pipelined_requests_take_effect_in_order(tmp_path: Path) -> None:
         assert [m[0][1] for m in received.result["messages"]] == [str(n) for n in range(200)]
 
 
+async def test_a_request_refused_for_a_value_no_request_may_carry_is_answered_in_its_turn(
+        tmp_path: Path) -> None:
+    # PROTOCOL §2: only a receive's wait lets answers come out of order. A NaN or a tag in
+    # the arguments fails the request (InvalidArgument), answered after those read before it.
+    async with running_server(tmp_path) as server:
+        connection = await RawConnection.open(server.port)
+        for before in (1, 20):  # one group, and slices of a long read
+            await connection.send_bytes(
+                b"".join(frame([n, "ping", {}]) for n in range(1, before + 1))
+                + frame([100, "ping", {"x": float("nan")}])
+                + frame([101, "ping", {"x": cbor2.CBORTag(1, 0)}]) + frame([102, "ping", {}]))
+            events = [await connection.next_event() for _ in range(before + 3)]
+            assert [event.id for event in events] == [*range(1, before + 1), 100, 101, 102]
+            assert [event.error["code"] for event in events[-3:-1]] == ["InvalidArgument"] * 2
+
+
 async def test_waiting_receive_never_holds_back_later_requests(tmp_path: Path) -> None:
     async with running_server(tmp_path) as server:
         connection = await RawConnection.open(server.port)
