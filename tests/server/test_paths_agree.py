@@ -106,13 +106,17 @@ class Way:
         else:
             sock.sendall(frame)
         got: list[Any] = []
+        others = 0
         while True:
             answer = self._next()
             if answer is None:
                 self.close()
                 return got + ["closed"]
             if OTHER_ID <= answer[0] < OTHER_ID + self.before:
+                others += 1
                 continue
+            # In order: no request here waits (PROTOCOL §2), so those before come first.
+            assert others == self.before, (others, answer)
             got.append(answer)
             if answer[0] == 0:  # the protocol error: the connection ends
                 assert self._next() is None
