@@ -3,6 +3,7 @@ their wake-ups, limits, backpressure, idle timeout, isolation, graceful shutdown
 
 from __future__ import annotations
 
+import argparse
 import struct
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import trio
 
 from lamina.client import AsyncClient
+from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.wire.protocol import ProtocolViolation, Response
 from tests.support.servers import (
     Certificates,
@@ -453,3 +455,13 @@ async def test_the_idle_timeout_counts_from_a_waiting_receive_s_answer_not_from_
                 assert (await connection.call("ping")).error is None
         with trio.fail_after(2):
             await connection.wait_closed()  # and once quiet, it is closed
+
+
+@pytest.mark.parametrize("option", ["--idle-timeout", "--auth-timeout"])
+@pytest.mark.parametrize("value", ["nan", "0", "-1"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_before_serving(
+        option: str, value: str) -> None:
+    # A NaN idle timeout was accepted: the server started and reset every connection.
+    parser = add_serve_arguments(argparse.ArgumentParser(prog="lamina serve"))
+    with pytest.raises(ConfigError, match="timeout"):
+        config_from_args(parser.parse_args([option, value]))
