@@ -1,7 +1,8 @@
 """One request, whichever way it reaches the server, is checked and answered the same
 (PROTOCOL.md §1-2): alone in a read (the lone-request path), behind one or many requests in
 one read (the pipelined path, in slices), cut across two reads (the buffering path), read by
-the read hub, on a connection that authenticated first, and through TLS. Each way has its own server, given the same requests in
+the read hub, on a server that syncs each group (--fsync), on a connection that
+authenticated first, and through TLS. Each way has its own server, given the same requests in
 the same order, so their stores stay alike; errors must match byte for byte, successes in
 their shape (ids, times and receipts differ)."""
 
@@ -277,6 +278,7 @@ def ways(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates
             Way("crowded", start("crowded").port, before=20),
             Way("split", start("split").port, split=True),
             Way("hub", (hubbed := start("hub")).port, hub=True),
+            Way("fsync", start("fsync", fsync=True).port, before=2),
             Way("authenticated", start("authenticated", keys=KEYS).port, auth=True),
             Way("tls", start("tls", tls_cert=certificates.cert,
                              tls_key=certificates.key).port,
