@@ -32,13 +32,12 @@ MAX_FRAME = 2 * 1024 * 1024
 OTHER_ID = 2**62 + 11
 
 
-def encode(item: Any) -> bytes:
-    body = cbor2.dumps(item)
-    return struct.pack(">I", len(body)) + body
-
-
 def framed(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
+
+
+def encode(item: Any) -> bytes:
+    return framed(cbor2.dumps(item))
 
 
 # -- the ways in -----------------------------------------------------------------------------
