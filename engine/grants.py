@@ -36,7 +36,7 @@ def check_pattern(value: object, field: str = "queue") -> str:
         raise InvalidArgument(field, "must be a queue name or a glob of 1-64 characters")
     if not _GLOB_CHARS.intersection(value):
         check_name(value, field)
-    elif not all(c.isalnum() or c in "_-*?[]!" for c in value):
+    elif not all(c.isascii() and c.isalnum() or c in "_-*?[]!" for c in value):
         raise InvalidArgument(field, "a glob may hold [A-Za-z0-9_-] and * ? [ ] !")
     return value.lower()
 

@@ -32,7 +32,8 @@ from lamina.wire.protocol import Request
 
 from .bugs import internal_error
 from .dispatch import Answer, Continuation, MapAnswer, check_request
-from .groups import TICK, AppliedGroup, EngineJob, Reply, group_failure, item_weight, outcome
+from .groups import (TICK, AppliedGroup, EngineJob, Refusal, Reply, group_failure, item_weight,
+                     outcome)
 from .keyring import KeyRing, ServerKey
 from .longwork import LongWork
 from .metrics import ServerMetrics
@@ -538,7 +539,9 @@ class GroupApplier:
         for index, request in enumerate(work.requests):
             if long_work and long_work.defer(work, index):
                 return  # behind this connection's long work (longwork.py rule 1)
-            answer = self._answer_of(connection, request, started, replies)
+            args = request.args
+            answer = (args.error if type(args) is Refusal
+                      else self._answer_of(connection, request, started, replies))
             # Receives it woke are answered before it: they waited longest, and each answer
             # written wakes its client, a cost on the path of the answers written after it.
             if waiting.any_due:

@@ -137,7 +137,7 @@ class ServerConfig:
             raise ConfigError("max_inflight must be >= 1 and max_waiting >= 0")
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
             raise ConfigError(f"--busy-poll-us must be 0..{MAX_BUSY_POLL_US}")
-        if self.idle_timeout_s <= 0 or self.auth_timeout_s <= 0:
+        if not (self.idle_timeout_s > 0 and self.auth_timeout_s > 0):  # NaN too
             raise ConfigError("timeouts must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together")

@@ -19,9 +19,9 @@ Rules of a connection (each one lives in this file):
 
 1. The greeting is sent first; the reader never parses anything before it is queued.
 2. Requests go to the applier (``ports.Applier``) in the order they were read, so they take
-   effect in arrival order (``apply_now`` may apply them in the reader's task: server.py rule 6).
-   Only ``auth`` before authentication, ``RejectedRequest`` errors and waiting receives that
-   time out are answered here; none of them touches the engine.
+   effect in arrival order (``apply_now`` may apply them in the reader's task: server.py rule 6),
+   refused ones too (groups.Refusal). Only requests before authentication and waiting
+   receives that time out are answered here; none of them touches the engine.
 3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
    unanswered, while more than ``4 x max_frame`` response bytes are unsent, (pre-auth) while a
    request is unanswered, and while the frame it is reading waits for the server's memory
@@ -34,7 +34,7 @@ Rules of a connection (each one lives in this file):
    ``auth`` must succeed within ``auth_timeout_s`` of connecting or the connection closes.
 5. Idle: no bytes and nothing unanswered (a waiting receive is not idle) for
    ``idle_timeout_s`` closes the connection; so does a writer that could send nothing of its
-   answers for that long (a client that does not read).
+   answers for that long (a client that does not read); never sooner after its last answer.
 6. Ending: after EOF, a protocol violation, a failed auth or a server shutdown, nothing more is
    read; waiting receives end with ``[]``; every request already read is answered; then (for a
    violation) the final ProtocolError frame; then the socket closes.
@@ -55,6 +55,7 @@ from lamina.wire.protocol import RejectedRequest, Request, ServerConnection, Unk
 from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
 from .bugs import internal_error
 from .dispatch import Answer
+from .groups import refused
 from .inplace import REQUEST_SLICE, answered_now, lone_answered_now
 from .outbox import Outbox
 from .ports import Applier, ConnectionLimits, Work
@@ -111,6 +112,7 @@ class Connection:
         self._all_answered: trio.Event | None = None
         self._read_scope: trio.CancelScope | None = None
         self._last_read = 0.0  # time.perf_counter(), plain TCP only (rule 5)
+        self._busy_at_deadline = False  # the last idle deadline found something unanswered
         self._authenticated = trio.Event()
         # Made here, not in its task: _finish may cancel it before that task first runs.
         self._auth_scope = trio.CancelScope()
@@ -278,7 +280,7 @@ class Connection:
             if scope.cancelled_caught:
                 if self._stop_reading:
                     return
-                if proto.outstanding_count == 0:
+                if not self._still_busy():
                     self._log_idle()
                     return
                 continue
@@ -319,8 +321,7 @@ class Connection:
             self._read_scope = None
             if not scope.cancelled_caught or self._stop_reading:
                 return  # EOF, a protocol error, a failed auth, or shutdown
-            if (time.perf_counter() - self._last_read >= idle_s
-                    and self.proto.outstanding_count == 0):
+            if not self._still_busy() and time.perf_counter() - self._last_read >= idle_s:
                 self._log_idle()
                 return
 
@@ -426,6 +427,12 @@ class Connection:
         return drained and self._sharing and self._may_read() and not (
             self._stop_reading or self._closing)
 
+    def _still_busy(self) -> bool:
+        """Rule 5 at an idle deadline: something is unanswered now or was at the one before."""
+        busy = self.proto.outstanding_count > 0
+        was_busy, self._busy_at_deadline = self._busy_at_deadline, busy
+        return busy or was_busy
+
     def _log_idle(self) -> None:
         log.info("idle connection closed", extra={"event": "idle_timeout", "peer": self.peer})
 
@@ -448,13 +455,12 @@ class Connection:
         while True:
             was_pre_auth = proto.pre_auth
             for event in events:
-                if type(event) is Request:
-                    if proto.pre_auth:
-                        self._pre_auth_request(event)
-                    else:
-                        requests.append(event)
-                elif type(event) is RejectedRequest:
-                    self.answer(event.id, event.error)
+                if type(event) is not Request and type(event) is not RejectedRequest:
+                    continue  # the violation that ends the events
+                if proto.pre_auth:
+                    self._pre_auth_request(event)
+                else:  # a refused request is answered in its turn (groups.Refusal)
+                    requests.append(refused(event) if isinstance(event, RejectedRequest) else event)
             # protocol.py rule 4: pre-auth, bytes after a request stay unparsed until it is
             # answered (done above); parse them now, under the limits now in force.
             if not (was_pre_auth and events) or self._closing or proto.protocol_error is not None:
@@ -518,7 +524,7 @@ class Connection:
         elif not applier.try_enqueue(inbox, work):
             await applier.enqueue(inbox, work)
 
-    def _pre_auth_request(self, request: Request) -> None:
+    def _pre_auth_request(self, request: Request | RejectedRequest) -> None:
         """Rule 4 (preauth.py). Runs here, not in the applier: it needs the key ring, not the
         engine."""
         reply = pre_auth_answer(request, self.applier.key, self.proto.nonce)

@@ -12,13 +12,14 @@ import trio
 
 from lamina.engine import Engine
 from lamina.engine.errors import InternalError, LaminaError
+from lamina.wire.protocol import RejectedRequest, Request
 
 from .bugs import internal_error
 from .dispatch import Answer
 from .ports import Requester, Work
 
-__all__ = ["TICK", "AppliedGroup", "EngineJob", "Reply", "group_failure", "item_weight",
-           "outcome"]
+__all__ = ["TICK", "AppliedGroup", "EngineJob", "Refusal", "Reply", "group_failure",
+           "item_weight", "outcome", "refused"]
 
 log = logging.getLogger("lamina.server")
 
@@ -38,6 +39,23 @@ class EngineJob:
     done: trio.Event = field(default_factory=trio.Event)
     result: Any = None
     error: BaseException | None = None
+
+
+class Refusal(dict[str, Any]):
+    """The arguments of a request the codec refused after auth (a value no request may carry:
+    a tag, NaN): nothing to apply, its error answered in its turn among the requests of its
+    read (PROTOCOL §2: only a receive's wait answers out of order)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: LaminaError) -> None:
+        super().__init__()
+        self.error = error
+
+
+def refused(rejected: RejectedRequest) -> Request:
+    """``rejected`` as a request for the applier, its arguments a :class:`Refusal`."""
+    return Request(rejected.id, rejected.op, Refusal(rejected.error))
 
 
 class Reply(NamedTuple):

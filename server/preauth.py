@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lamina.engine.errors import InvalidArgument, LaminaError, Unauthorized
-from lamina.wire.protocol import Request, verify_auth_signature
+from lamina.wire.protocol import RejectedRequest, Request, verify_auth_signature
 
 from .dispatch import Answer, MapAnswer, check_request
 from .keyring import ServerKey
@@ -40,13 +40,16 @@ class PreAuthAnswer:
     failed_auth: bool = False
 
 
-def pre_auth_answer(request: Request, key: Callable[[object], ServerKey | None],
-                    nonce: bytes) -> PreAuthAnswer:
+def pre_auth_answer(request: Request | RejectedRequest,
+                    key: Callable[[object], ServerKey | None], nonce: bytes) -> PreAuthAnswer:
     """The answer to ``request``, read before authentication; ``key`` looks a key id up in the
-    keys in force, ``nonce`` is the greeting's."""
+    keys in force, ``nonce`` is the greeting's. A request the codec refused (a value no
+    request may carry: a tag, NaN) is answered like any other of its op."""
     if request.op != "auth":
         return PreAuthAnswer(Unauthorized(
             f"{request.op}: authenticate first (the first request must be auth)"))
+    if isinstance(request, RejectedRequest):
+        return PreAuthAnswer(request.error)
     try:
         check_request("auth", request.args)
         key_id, signature = request.args["key"], request.args["signature"]

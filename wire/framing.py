@@ -254,15 +254,19 @@ class FrameReader:
 # --- Decoding one item strictly ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False, slots=True, repr=False)
 class CBORTagged:
     """Stands in for any tagged item the peer sent; requests may not carry tags (PROTOCOL §1).
 
     Identity equality on purpose: two tags as keys of one map are never "duplicates", so the
     request reaches the per-field check and fails as InvalidArgument, not as a protocol error.
+    Shown in CBOR's terms (errors quote what the peer sent).
     """
 
     tag: int
+
+    def __repr__(self) -> str:
+        return f"CBOR tag {self.tag}"
 
 
 def _mark_unknown_tag(tag: cbor2.CBORTag, immutable: bool) -> CBORTagged:

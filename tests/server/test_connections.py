@@ -3,15 +3,23 @@ their wake-ups, limits, backpressure, idle timeout, isolation, graceful shutdown
 
 from __future__ import annotations
 
+import argparse
 import struct
 from pathlib import Path
 
 import cbor2
+import pytest
 import trio
 
 from lamina.client import AsyncClient
+from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.wire.protocol import ProtocolViolation, Response
-from tests.support.servers import RawConnection, count_queued_work, running_server
+from tests.support.servers import (
+    Certificates,
+    RawConnection,
+    count_queued_work,
+    running_server,
+)
 
 
 def frame(item: object) -> bytes:
@@ -84,6 +92,22 @@ async def test_pipelined_requests_take_effect_in_order(tmp_path: Path) -> None:
         await connection.send_bytes(data)
         received = await connection.response(500)
         assert [m[0][1] for m in received.result["messages"]] == [str(n) for n in range(200)]
+
+
+async def test_a_request_refused_for_a_value_no_request_may_carry_is_answered_in_its_turn(
+        tmp_path: Path) -> None:
+    # PROTOCOL §2: only a receive's wait lets answers come out of order. A NaN or a tag in
+    # the arguments fails the request (InvalidArgument), answered after those read before it.
+    async with running_server(tmp_path) as server:
+        connection = await RawConnection.open(server.port)
+        for before in (1, 20):  # one group, and slices of a long read
+            await connection.send_bytes(
+                b"".join(frame([n, "ping", {}]) for n in range(1, before + 1))
+                + frame([100, "ping", {"x": float("nan")}])
+                + frame([101, "ping", {"x": cbor2.CBORTag(1, 0)}]) + frame([102, "ping", {}]))
+            events = [await connection.next_event() for _ in range(before + 3)]
+            assert [event.id for event in events] == [*range(1, before + 1), 100, 101, 102]
+            assert [event.error["code"] for event in events[-3:-1]] == ["InvalidArgument"] * 2
 
 
 async def test_waiting_receive_never_holds_back_later_requests(tmp_path: Path) -> None:
@@ -407,3 +431,37 @@ async def test_an_item_queued_for_the_applier_is_never_overtaken(tmp_path: Path)
             while not server.applier._applier_idle:  # idle again once the inbox is empty
                 await trio.sleep(0.01)
         inbox.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+async def test_the_idle_timeout_counts_from_a_waiting_receive_s_answer_not_from_its_request(
+        tmp_path: Path, certificates: Certificates, tls: bool) -> None:
+    # DESIGN §4: a waiting receive is not idle; a client that long-polls longer than the idle
+    # timeout and sends its next request just after each answer is never cut off.
+    options = {"tls_cert": certificates.cert, "tls_key": certificates.key} if tls else {}
+    async with running_server(tmp_path, idle_timeout_s=0.4, **options) as server:
+        stream: trio.abc.Stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        if tls:
+            stream = trio.SSLStream(stream, certificates.client_context,
+                                    server_hostname="127.0.0.1")
+        connection = RawConnection(stream)
+        assert (await connection.next_event()).id == 0  # the greeting
+        await connection.call("create_queue", {"queue": "q"})
+        for _ in range(2):
+            waited = await connection.call("receive", {"queue": "q", "wait": 1.0})
+            assert waited.result == {"messages": []}
+            await trio.sleep(0.25)
+            with trio.fail_after(2):
+                assert (await connection.call("ping")).error is None
+        with trio.fail_after(2):
+            await connection.wait_closed()  # and once quiet, it is closed
+
+
+@pytest.mark.parametrize("option", ["--idle-timeout", "--auth-timeout"])
+@pytest.mark.parametrize("value", ["nan", "0", "-1"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_before_serving(
+        option: str, value: str) -> None:
+    # A NaN idle timeout was accepted: the server started and reset every connection.
+    parser = add_serve_arguments(argparse.ArgumentParser(prog="lamina serve"))
+    with pytest.raises(ConfigError, match="timeout"):
+        config_from_args(parser.parse_args([option, value]))

@@ -117,3 +117,14 @@ def test_a_redrive_source_is_a_filter_that_judges_no_name(raw: RawClient) -> Non
     raw.ok("create_queue", {"queue": "dlq"})
     assert raw.ok("redrive", {"queue": "dlq", "source": "9lives"}) == {"moved": 0, "skipped": 0}
     assert raw.code("redrive", {"queue": "dlq", "source": 7}) == "InvalidArgument"
+
+
+@pytest.mark.parametrize("pattern", ["é*", "q²*", "ｑ*", "q٣?"])
+def test_a_grant_glob_with_a_letter_or_digit_outside_ascii_is_invalid_argument(
+        raw: RawClient, pattern: str) -> None:
+    # Queue names are ASCII (a glob may hold [A-Za-z0-9_-] and * ? [ ] !): such a glob was
+    # stored, a grant that could never match any queue.
+    error, _ = raw.call("grant", {"queue": pattern, "key": "k", "permissions": ["send"]})
+    assert error is not None and error["code"] == "InvalidArgument"
+    assert error["message"].startswith("queue")
+    assert raw.ok("list_grants", {}) == {"grants": []}

@@ -73,6 +73,21 @@ async def test_pre_auth_rules(tmp_path: Path) -> None:
         assert extra.error["code"] == "InvalidArgument" and "x" in extra.error["message"]
 
 
+async def test_before_auth_any_other_op_is_unauthorized_whatever_its_arguments_carry(
+        tmp_path: Path) -> None:
+    # PROTOCOL §3: before auth, any op but auth is Unauthorized, arguments a request may not
+    # carry (a tag, NaN) included, as an unknown argument is; auth itself names its field.
+    async with running_server(tmp_path, keys=KEYS) as server:
+        connection = await RawConnection.open(server.port)
+        for args in ({"x": 1}, {"x": cbor2.CBORTag(1, 5)},
+                     {"queue": "q", "messages": [b"m"], "x": float("nan")}):
+            answer = await connection.call("send", args)
+            assert answer.error["code"] == "Unauthorized", (args, answer.error)
+        tagged = await connection.call("auth", {"key": "admin", "signature": cbor2.CBORTag(2, b"")})
+        assert tagged.error["code"] == "InvalidArgument"
+        assert tagged.error["message"].startswith("signature")
+
+
 async def test_pre_auth_frames_over_4_kib_are_protocol_errors(tmp_path: Path) -> None:
     async with running_server(tmp_path, keys=KEYS) as server:
         connection = await RawConnection.open(server.port)

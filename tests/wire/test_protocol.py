@@ -205,6 +205,8 @@ def test_bignum_tagged_id_is_protocol_error() -> None:
     body = b"\x83" + encode_head(6, 2) + b"\x41\x05" + cbor2.dumps("ping") + b"\xa0"
     [event] = greeted_server().receive_data(frame(body))
     assert isinstance(event, ProtocolViolation)
+    # The peer is told what it sent in CBOR's terms, not in those of the server's code.
+    assert event.message.endswith("not CBOR tag 2"), event.message
 
 
 def test_self_described_request_is_protocol_error() -> None:
