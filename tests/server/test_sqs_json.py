@@ -397,7 +397,10 @@ def test_shutdown_answers_a_long_poll_and_closes_idle_connections(tmp_path: Path
             sqs_client(running.server.sqs_port).receive_message(QueueUrl=url,
                                                                 WaitTimeSeconds=20)))
         poller.start()
-        time.sleep(0.5)
+        waiting_by = time.monotonic() + 30  # a loaded machine makes boto3's client slowly
+        while not len(running.server.waiting) and time.monotonic() < waiting_by:
+            time.sleep(0.01)
+        assert len(running.server.waiting) == 1, "the long poll never began to wait"
         started = time.monotonic()
         running.stop()  # the idle keep-alive connection of ``sqs`` must not hold it up
         assert time.monotonic() - started < 5
