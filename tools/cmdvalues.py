@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from lamina.server.config import DEFAULT_PORT
 
-__all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "parse_assignment", "parse_server",
-           "parse_tag_start", "parse_time"]
+__all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "nest_assignments", "parse_assignment",
+           "parse_server", "parse_tag_start", "parse_time"]
 
 DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
 
@@ -53,6 +53,25 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     if not equals or not name:
         raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}")
     return name, _json_or_text(value)
+
+
+def nest_assignments(assignments: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Queue attributes from ``name=value`` pairs, a dotted name setting a field of a map:
+    ``redrive.dlq=errors redrive.max_receives=5`` -> ``{"redrive": {"dlq": "errors",
+    "max_receives": 5}}``. A name given twice, or a field of a name whose value is not a map,
+    is a ``ValueError`` naming it."""
+    nested: dict[str, Any] = {}
+    for name, value in assignments:
+        *parents, last = name.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{name}: {part} is given a value that is not a map")
+        if last in node:
+            raise ValueError(f"{name}: given more than once")
+        node[last] = value
+    return nested
 
 
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -18,7 +18,8 @@ Values on the command line:
 
 - attributes (``name=value``): the value is read as JSON when it parses (``60``, ``true``,
   ``null``, ``{"dlq": "dead", "max_receives": 5}``), else taken as text: ``color=red``; quote to
-  force text: ``code='"007"'``;
+  force text: ``code='"007"'``; a queue attribute's field may be set by a dotted name:
+  ``redrive.dlq=dead redrive.max_receives=5``;
 - times (``rewind``, ``peek --start``, ``redrive --since/--until``, ``tag create --start``):
   milliseconds since the epoch, an ISO 8601 date-time (UTC unless it has an offset), or a
   duration ago by the server's clock: ``90s``, ``15m``, ``2h``, ``1d``, ``500ms``.
@@ -40,6 +41,7 @@ from lamina.engine.errors import LaminaError
 
 from .cmdvalues import (
     DEFAULT_SERVER,
+    nest_assignments,
     parse_assignment,
     parse_server,
     parse_tag_start,
@@ -147,13 +149,20 @@ def _message_json(msg: Any) -> dict[str, Any]:
 
 
 def _queue_create(client: Client, args: argparse.Namespace, out: Output) -> None:
-    info = client.create_queue(args.queue, dict(args.attributes) or None)
+    info = client.create_queue(args.queue, _queue_attributes(args) or None)
     if out.json_mode:
         out.document({"queue": info.queue, "attributes": info.attributes,
                       "created": info.created})
     else:
         out.text(f"created queue {info.queue}")
         out.fields(info.attributes, title="attributes")
+
+
+def _queue_attributes(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        return nest_assignments(args.attributes)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
 
 
 def _queue_delete(client: Client, args: argparse.Namespace, out: Output) -> None:
@@ -210,7 +219,7 @@ def _queue_info(client: Client, args: argparse.Namespace, out: Output) -> None:
 def _queue_set(client: Client, args: argparse.Namespace, out: Output) -> None:
     if not args.attributes:
         raise _usage("queue set needs at least one name=value")
-    attributes = client.set_queue_attributes(args.queue, dict(args.attributes))
+    attributes = client.set_queue_attributes(args.queue, _queue_attributes(args))
     if out.json_mode:
         out.document({"queue": args.queue, "attributes": attributes})
     else:

@@ -312,3 +312,24 @@ def test_help_lists_every_client_command() -> None:
     for command in ("queue", "tag", "send", "receive", "peek", "rewind", "redrive", "stats",
                     "bench"):
         assert command in shown
+
+
+def test_queue_attributes_in_dotted_form_set_the_redrive_policy_as_the_help_says(
+        server: Any, lamina: Any) -> None:
+    lamina(server, "queue", "create", "errors")
+    ran = lamina(server, "queue", "create", "work", "visibility_timeout=60", "redrive.dlq=errors",
+                 "redrive.max_receives=5", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json()["attributes"]["redrive"] == {"dlq": "errors", "max_receives": 5}
+    ran = lamina(server, "queue", "set", "work", "redrive.dlq=errors",
+                 "redrive.max_receives=2", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json()["attributes"]["redrive"] == {"dlq": "errors", "max_receives": 2}
+
+
+def test_a_dotted_queue_attribute_beside_its_whole_value_is_a_usage_error(
+        server: Any, lamina: Any) -> None:
+    lamina(server, "queue", "create", "errors")
+    ran = lamina(server, "queue", "create", "work", "redrive=null", "redrive.dlq=errors")
+    assert ran.code == 2 and "redrive" in ran.err
+    assert lamina(server, "queue", "info", "work").code == 1  # nothing was created
