@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from lamina.server.config import DEFAULT_PORT
 
 __all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "nest_assignments", "parse_assignment",
+           "parse_count",
            "parse_server", "parse_tag_start", "parse_time"]
 
 DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
@@ -38,6 +39,18 @@ def parse_server(text: str) -> tuple[str, int]:
     if not 0 < port < 65536:
         raise argparse.ArgumentTypeError(f"not a TCP port: {port}")
     return host, port
+
+
+def parse_count(text: str) -> int:
+    """A count of at least 1 (``--max``, ``--limit``): 0 or less is refused, never taken as
+    "none" or "no limit"."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
+    return count
 
 
 def _json_or_text(text: str) -> Any:

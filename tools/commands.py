@@ -43,6 +43,7 @@ from .cmdvalues import (
     DEFAULT_SERVER,
     nest_assignments,
     parse_assignment,
+    parse_count,
     parse_server,
     parse_tag_start,
     parse_time,
@@ -503,7 +504,7 @@ def add_client_commands(commands: Any) -> None:
     p.add_argument("queue", help="queue name")
     p = command(queues, "list", _queue_list, "list queue names")
     p.add_argument("--prefix", help="only names starting with this (default all)")
-    p.add_argument("--limit", type=int, metavar="N", help="at most this many names "
+    p.add_argument("--limit", type=parse_count, metavar="N", help="at most this many names "
                    "(default all)")
     p = command(queues, "info", _queue_info, "a queue's attributes and stats")
     p.add_argument("queue", help="queue name")
@@ -548,8 +549,8 @@ def add_client_commands(commands: Any) -> None:
     p = command(commands, "receive", _receive, "receive (lease) messages")
     p.add_argument("queue", help="queue name")
     p.add_argument("--tag", help="the tag to read (default the tag 'default')")
-    p.add_argument("--max", type=int, default=1, metavar="N",
-                   help="up to this many, 1-1000 (default 1)")
+    p.add_argument("--max", type=parse_count, default=1, metavar="N",
+                   help="up to this many, asked for 1000 at a time (default 1)")
     p.add_argument("--wait", type=float, metavar="SECONDS",
                    help="long-poll this long for the first (0-30, default the queue's)")
     p.add_argument("--visibility-timeout", type=float, metavar="SECONDS",

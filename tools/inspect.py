@@ -43,6 +43,7 @@ from lamina.engine.errors import LaminaError
 from lamina.engine.records import PREFIX_SIZE
 from lamina.engine.state import ENDED_AHEAD, ENDED_DEAD, ENDED_DELETED, LEASED, QueueState
 
+from .cmdvalues import parse_count
 from .output import to_json
 from .snapshot import Snapshot, SnapshotError
 from .tagstate import TagStates
@@ -98,7 +99,7 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
     command("tags", "a queue's tags: scope, cursors, lease counts")
     leases = command("leases", "leases of a queue, one line a message")
     leases.add_argument("--tag", help="only this tag (default every tag)")
-    leases.add_argument("--limit", type=int, metavar="N", help="at most this many rows "
+    leases.add_argument("--limit", type=parse_count, metavar="N", help="at most this many rows "
                         "(default all)")
     dump = command("dump", "messages as JSON lines", table=False)
     where = dump.add_mutually_exclusive_group()
@@ -113,7 +114,7 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
     dump.add_argument("--at", metavar="TIME",
                       help="with --tag: states at this time (default: now, the later of the "
                            "wall clock and the engine clock)")
-    dump.add_argument("--limit", type=int, metavar="N",
+    dump.add_argument("--limit", type=parse_count, metavar="N",
                       help="at most this many messages (default all)")
     check = command("verify", "re-check records, time index, segments and leases; "
                     "exit 1 on damage", queue=False)

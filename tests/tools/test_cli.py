@@ -333,3 +333,14 @@ def test_a_dotted_queue_attribute_beside_its_whole_value_is_a_usage_error(
     ran = lamina(server, "queue", "create", "work", "redrive=null", "redrive.dlq=errors")
     assert ran.code == 2 and "redrive" in ran.err
     assert lamina(server, "queue", "info", "work").code == 1  # nothing was created
+
+
+@pytest.mark.parametrize("argv", [["receive", "q", "--max", "0"], ["receive", "q", "--max", "-3"],
+                                  ["queue", "list", "--limit", "0"],
+                                  ["queue", "list", "--limit", "-1"]])
+def test_a_count_below_one_is_refused_not_taken_for_none_or_all(server: Any, lamina: Any,
+                                                                argv: list[str]) -> None:
+    lamina(server, "queue", "create", "q")
+    with pytest.raises(SystemExit) as exc:
+        lamina(server, *argv)
+    assert exc.value.code == 2

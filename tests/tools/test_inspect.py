@@ -230,3 +230,12 @@ def test_large_messages_in_blob_files(run: Any, tmp_path: Path) -> None:
     assert code == 0, out
     with pytest.raises(SnapshotError, match="blob"):
         Snapshot(path, mode="secondary")
+
+
+@pytest.mark.parametrize("command", [["leases", "orders"], ["dump", "orders"]])
+def test_a_limit_below_one_is_refused_not_taken_for_no_rows(run: Any, mixed: Any,
+                                                            command: list[str]) -> None:
+    path, _ = mixed
+    with pytest.raises(SystemExit) as exc:
+        run(path, *command, "--limit", "-1")
+    assert exc.value.code == 2
