@@ -344,3 +344,16 @@ def test_a_count_below_one_is_refused_not_taken_for_none_or_all(server: Any, lam
     with pytest.raises(SystemExit) as exc:
         lamina(server, *argv)
     assert exc.value.code == 2
+
+
+def test_bodies_and_attributes_may_follow_options(server: Any, lamina: Any) -> None:
+    ran = lamina(None, "queue", "create", "--server", f"127.0.0.1:{server.port}", "q",
+                 "visibility_timeout=60", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json()["attributes"]["visibility_timeout"] == 60
+    ran = lamina(server, "send", "q", "--priority", "1", "urgent", "--topic", "t", "now")
+    assert ran.code == 1 and "not both" in ran.err  # both bodies sent, both refused
+    ran = lamina(server, "send", "q", "--priority", "1", "urgent", "--delay", "0", "now")
+    assert ran.code == 0, ran.err
+    received = lamina(server, "receive", "q", "--max", "5", "--json").lines()
+    assert [(m["body"], m["priority"]) for m in received] == [("urgent", 1), ("now", 1)]
