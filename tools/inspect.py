@@ -45,7 +45,7 @@ from lamina.engine.state import ENDED_AHEAD, ENDED_DEAD, ENDED_DELETED, LEASED, 
 
 from .cmdvalues import parse_count
 from .output import to_json
-from .snapshot import Snapshot, SnapshotError
+from .snapshot import Snapshot, SnapshotError, SnapshotReadError
 from .tagstate import TagStates
 from .timefmt import iso_ms, parse_time_ms
 
@@ -418,11 +418,21 @@ def _null(value: int | None) -> str:
 # -- verify ----------------------------------------------------------------------------------------
 
 def _verify(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
-    from .verify import total_messages, verify
+    from .verify import unreadable
     queues = args.queues or None
-    total = total_messages(snapshot, queues)
-    with _progress(args, total, "verify") as advance:
-        report = verify(snapshot, queues, progress=advance)
+    try:
+        report = _verify_pass(snapshot, args, queues)
+    except Exception as exc:  # a file went beside the view since it opened, or is damaged
+        if not isinstance(snapshot.read_error(exc), SnapshotError):
+            raise
+        snapshot.refresh()
+        try:
+            report = _verify_pass(snapshot, args, queues)
+        except Exception as again:  # the directory as it is now: the file is damaged
+            error = snapshot.read_error(again)
+            if not isinstance(error, SnapshotReadError):
+                raise
+            report = unreadable(error.file, error.what)
     summary = report.summary()
     if args.json:
         if not args.quiet:
@@ -442,6 +452,13 @@ def _verify(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
                   f"checked; {summary['damage']} damage, "
                   f"{summary['warnings']} warnings\n")
     return EXIT_DAMAGE if report.damaged else EXIT_OK
+
+
+def _verify_pass(snapshot: Snapshot, args: argparse.Namespace, queues: list[str] | None) -> Any:
+    from .verify import total_messages, verify
+    total = total_messages(snapshot, queues)
+    with _progress(args, total, "verify") as advance:
+        return verify(snapshot, queues, progress=advance)
 
 
 _COMMANDS: dict[str, Callable[[Snapshot, argparse.Namespace, TextIO], int]] = {
