@@ -138,3 +138,41 @@ def test_any_other_exception_of_a_command_is_not_taken_for_a_read_failure(
     monkeypatch.setitem(inspect._COMMANDS, "queues", failing)
     with pytest.raises(Exception, match="not RocksDB's"):
         inspect.main([str(data), "queues"])
+
+
+def _copy_with_a_damaged_topics_table(data: Path) -> Path:
+    """A directory whose ``topics`` table file fails its first block's checksum: the log reads
+    fine; a message's state for a tag (its topic's turn) cannot be derived."""
+    from lamina.engine.store import COLUMN_FAMILIES
+    with Engine.open(data) as engine:
+        engine.create_queue("q")
+        engine.send("q", [{1: f"m{i}", 3: "t"} for i in range(5)])
+        store = engine._store
+        for family in COLUMN_FAMILIES:
+            if family != "topics":
+                getattr(store, family).flush(True)
+        before = set((data / "db").glob("*.sst"))
+        store.topics.flush(True)
+        [table] = set((data / "db").glob("*.sst")) - before
+    damaged = bytearray(table.read_bytes())
+    damaged[:40] = bytes(b ^ 0xFF for b in damaged[:40])
+    table.write_bytes(bytes(damaged))
+    return table
+
+
+def test_a_tag_state_that_cannot_be_read_names_the_file_given_as_a_relative_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    table = _copy_with_a_damaged_topics_table(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)  # `lamina inspect data ...`: RocksDB names files relatively
+    named = f"data/db/{table.name}"
+    capsys.readouterr()
+    assert inspect.main(["data", "dump", "q"]) == 0  # the log itself reads
+    capsys.readouterr()
+    assert inspect.main(["data", "dump", "q", "--tag", "default"]) == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"the data file {named} could not be read (Corruption: " in line
+    assert "Traceback" not in line and "is gone" not in line
+    assert inspect.main(["data", "verify", "--json"]) == EXIT_DAMAGE
+    findings = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(f["check"], f["where"]) for f in findings[:-1]] == [("file", named)]
