@@ -128,9 +128,14 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
 
 def run_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout
-    if args.inspect_command == "dump" and args.until is not None and args.segment is not None:
-        print("lamina inspect: --until goes with --since, not --segment", file=sys.stderr)
-        return EXIT_USAGE
+    if args.inspect_command == "dump":
+        misuse = ("--until goes with --since, not --segment"
+                  if args.until is not None and args.segment is not None else
+                  "--at goes with --tag (the time of the tag's states)"
+                  if args.at is not None and args.tag is None else None)
+        if misuse is not None:
+            print(f"lamina inspect: {misuse}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         snapshot = Snapshot(args.data)
     except SnapshotError as exc:

@@ -239,3 +239,9 @@ def test_a_limit_below_one_is_refused_not_taken_for_no_rows(run: Any, mixed: Any
     with pytest.raises(SystemExit) as exc:
         run(path, *command, "--limit", "-1")
     assert exc.value.code == 2
+
+
+def test_dump_at_a_time_without_a_tag_is_refused_not_ignored(run: Any, mixed: Any) -> None:
+    path, _ = mixed
+    code, out, err = run(path, "dump", "orders", "--at", "0")
+    assert code == 2 and out == "" and "--at goes with --tag" in err
