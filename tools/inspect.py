@@ -275,7 +275,7 @@ def _tags(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
             row["cursors"] = " ".join(f"{lane}:{seq}" for lane, seq in row["cursors"].items())
     return _emit(rows, [("tag", "tag"), ("id", "id"), ("start_seq", "start seq"),
                         ("filter", "filter"), ("cursors", "cursors lane:seq"),
-                        ("lease_counter", "leases made"), ("inflight", "inflight"),
+                        ("lease_counter", "lease ceiling"), ("inflight", "inflight"),
                         ("active_again", "active again"), ("ended_ahead", "ended ahead"),
                         ("dead", "dead"), ("created", "created")],
                  args, out, f"tags of {q.name!r}")

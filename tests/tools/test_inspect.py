@@ -245,3 +245,18 @@ def test_dump_at_a_time_without_a_tag_is_refused_not_ignored(run: Any, mixed: An
     path, _ = mixed
     code, out, err = run(path, "dump", "orders", "--at", "0")
     assert code == 2 and out == "" and "--at goes with --tag" in err
+
+
+def test_the_tags_table_does_not_call_the_stored_lease_ceiling_leases_made(
+        run: Any, tmp_path: Path) -> None:
+    """While the engine runs, a tag's row holds its lease counter ahead of the next number
+    (docs/STORAGE.md): after one lease it is not 1."""
+    path = tmp_path / "data"
+    with Engine.open(path) as engine:
+        engine.create_queue("q")
+        engine.send("q", [b"one"])
+        engine.receive("q")
+        code, out, _ = run(path, "tags", "q")
+        assert code == 0 and "leases made" not in out and "lease ceiling" in out
+        [row] = lines(run(path, "tags", "q", "--json")[1])
+        assert row["lease_counter"] > 1
