@@ -304,11 +304,12 @@ def _send_chunks(entries: Iterator[Any]) -> Iterator[list[Any]]:
     size = 0
     for entry in entries:
         body = entry[1] if isinstance(entry, dict) else entry
-        if chunk and (len(chunk) >= MAX_BATCH or size + len(body) > _SEND_CHUNK_BYTES):
+        body_bytes = len(body.encode()) if isinstance(body, str) else len(body)
+        if chunk and (len(chunk) >= MAX_BATCH or size + body_bytes > _SEND_CHUNK_BYTES):
             yield chunk
             chunk, size = [], 0
         chunk.append(entry)
-        size += len(body)
+        size += body_bytes
     if chunk:
         yield chunk
 

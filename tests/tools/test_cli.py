@@ -357,3 +357,14 @@ def test_bodies_and_attributes_may_follow_options(server: Any, lamina: Any) -> N
     assert ran.code == 0, ran.err
     received = lamina(server, "receive", "q", "--max", "5", "--json").lines()
     assert [(m["body"], m["priority"]) for m in received] == [("urgent", 1), ("now", 1)]
+
+
+def test_send_cuts_its_requests_by_encoded_bytes_not_characters(tmp_path: Path,
+                                                                lamina: Any) -> None:
+    """1000 bodies of 1000 three-byte characters: 10^6 characters, 3 MB, over a 2 MiB frame."""
+    from tests.support.servers import server_thread
+    with server_thread(tmp_path / "data", max_frame=2 * 1024 * 1024) as small:
+        lamina(small, "queue", "create", "q")
+        ran = lamina(small, "send", "q", "-", "--json", stdin=("€" * 1000 + "\n") * 1000)
+        assert ran.code == 0, ran.err
+        assert len(ran.lines()) == 1000
