@@ -35,6 +35,7 @@ import binascii
 import os
 import ssl
 import sys
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from lamina.engine.errors import LaminaError
@@ -241,8 +242,15 @@ def _queue_purge(client: Client, args: argparse.Namespace, out: Output) -> None:
 def _tag_create(client: Client, args: argparse.Namespace, out: Output) -> None:
     start = args.start.resolve(client) if args.start is not None else None
     tag_filter = None
+    if args.match is not None and not args.filter:
+        raise _usage("--match goes with --filter (how several filters combine)")
     if args.filter:
-        tag_filter = {"attributes": dict(args.filter), "match": args.match}
+        attributes = dict(args.filter)
+        if len(attributes) < len(args.filter):  # a map holds one value a name
+            names = Counter(name for name, _ in args.filter)
+            raise _usage("--filter: given more than once: "
+                         + ", ".join(name for name, count in names.items() if count > 1))
+        tag_filter = {"attributes": attributes, "match": args.match or "all"}
     info = client.create_tag(args.queue, args.tag, start=start, filter=tag_filter)
     if out.json_mode:
         out.document({"queue": args.queue, "tag": info.tag, "start": info.start,
@@ -525,7 +533,7 @@ def add_client_commands(commands: Any) -> None:
     p.add_argument("--filter", action="append", default=[],
                    help="only messages with this attribute value; repeatable (default none: "
                         "every message)", **assign)
-    p.add_argument("--match", choices=("all", "any"), default="all",
+    p.add_argument("--match", choices=("all", "any"),
                    help="with several --filter: all (default) or any must match")
     p = command(tags, "delete", _tag_delete, "delete a tag")
     p.add_argument("queue", help="queue name")

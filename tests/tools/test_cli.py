@@ -368,3 +368,21 @@ def test_send_cuts_its_requests_by_encoded_bytes_not_characters(tmp_path: Path,
         ran = lamina(small, "send", "q", "-", "--json", stdin=("€" * 1000 + "\n") * 1000)
         assert ran.code == 0, ran.err
         assert len(ran.lines()) == 1000
+
+
+def test_tag_match_without_a_filter_is_refused_not_ignored(server: Any, lamina: Any) -> None:
+    lamina(server, "queue", "create", "q")
+    ran = lamina(server, "tag", "create", "q", "t", "--match", "any")
+    assert ran.code == 2 and "--match goes with --filter" in ran.err
+    assert [t["tag"] for t in lamina(server, "tag", "list", "q", "--json").lines()] == [
+        "default"]
+
+
+def test_a_filter_attribute_given_twice_is_refused_not_overwritten(server: Any,
+                                                                   lamina: Any) -> None:
+    lamina(server, "queue", "create", "q")
+    ran = lamina(server, "tag", "create", "q", "t", "--filter", "color=red", "--filter",
+                 "color=blue", "--match", "any")
+    assert ran.code == 2 and "color" in ran.err
+    ran = lamina(server, "tag", "create", "q", "t", "--filter", "a.b=1", "--json")
+    assert ran.code == 0 and ran.json()["filter"]["attributes"] == {"a.b": 1}
