@@ -245,18 +245,25 @@ def _tag_create(client: Client, args: argparse.Namespace, out: Output) -> None:
     if args.match is not None and not args.filter:
         raise _usage("--match goes with --filter (how several filters combine)")
     if args.filter:
-        attributes = dict(args.filter)
-        if len(attributes) < len(args.filter):  # a map holds one value a name
-            names = Counter(name for name, _ in args.filter)
-            raise _usage("--filter: given more than once: "
-                         + ", ".join(name for name, count in names.items() if count > 1))
-        tag_filter = {"attributes": attributes, "match": args.match or "all"}
+        tag_filter = {"attributes": _named(args.filter, "--filter"),
+                      "match": args.match or "all"}
     info = client.create_tag(args.queue, args.tag, start=start, filter=tag_filter)
     if out.json_mode:
         out.document({"queue": args.queue, "tag": info.tag, "start": info.start,
                       "filter": info.filter, "created": info.created})
     else:
         out.text(f"created tag {info.tag} on {args.queue}, starting at {_start_text(info.start)}")
+
+
+def _named(assignments: list[tuple[str, Any]], option: str) -> dict[str, Any]:
+    """Repeated ``option NAME=VALUE`` as a map: a name given twice is a usage error (a map
+    holds one value a name)."""
+    named = dict(assignments)
+    if len(named) < len(assignments):
+        names = Counter(name for name, _ in assignments)
+        raise _usage(f"{option}: given more than once: "
+                     + ", ".join(name for name, count in names.items() if count > 1))
+    return named
 
 
 def _start_text(start_ms: int) -> str:
@@ -326,7 +333,7 @@ def _send(client: Client, args: argparse.Namespace, out: Output) -> int:
     from lamina.client import message
     if not args.bodies:
         raise _usage("nothing to send: give bodies, or - to read one per line from stdin")
-    attributes = dict(args.attribute) or None
+    attributes = _named(args.attribute, "--attribute") or None
     entries = (message(body, attributes=attributes, topic=args.topic, priority=args.priority,
                        delay=args.delay) for body in _bodies(args, sys.stdin))
     rows: list[list[Any]] = []

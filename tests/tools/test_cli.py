@@ -386,3 +386,11 @@ def test_a_filter_attribute_given_twice_is_refused_not_overwritten(server: Any,
     assert ran.code == 2 and "color" in ran.err
     ran = lamina(server, "tag", "create", "q", "t", "--filter", "a.b=1", "--json")
     assert ran.code == 0 and ran.json()["filter"]["attributes"] == {"a.b": 1}
+
+
+def test_a_message_attribute_given_twice_is_refused_not_overwritten(server: Any,
+                                                                    lamina: Any) -> None:
+    lamina(server, "queue", "create", "q")
+    ran = lamina(server, "send", "q", "x", "--attribute", "n=1", "--attribute", "n=2")
+    assert ran.code == 2 and "--attribute: given more than once: n" in ran.err
+    assert lamina(server, "receive", "q", "--json").lines() == []
