@@ -394,3 +394,15 @@ def test_a_message_attribute_given_twice_is_refused_not_overwritten(server: Any,
     ran = lamina(server, "send", "q", "x", "--attribute", "n=1", "--attribute", "n=2")
     assert ran.code == 2 and "--attribute: given more than once: n" in ran.err
     assert lamina(server, "receive", "q", "--json").lines() == []
+
+
+def test_demo_runs_and_on_a_directory_in_use_says_so_without_a_traceback(
+        tmp_path: Path, lamina: Any) -> None:
+    from lamina.engine import Engine
+    ran = lamina(None, "demo", "--data", str(tmp_path / "demo"))
+    assert ran.code == 0 and "sent 3 messages" in ran.out
+    with Engine.open(tmp_path / "busy"):  # as a `lamina serve` on the default directory
+        ran = lamina(None, "demo", "--data", str(tmp_path / "busy"))
+    assert ran.code == 1 and ran.out == ""
+    assert ran.err.startswith("lamina demo: ") and "in use" in ran.err
+    assert len(ran.err.splitlines()) == 1
