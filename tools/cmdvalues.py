@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 from lamina.server.config import DEFAULT_PORT
 
 __all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "nest_assignments", "parse_assignment",
-           "parse_count",
+           "parse_count", "parse_seconds",
            "parse_server", "parse_tag_start", "parse_time"]
 
 DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
@@ -51,6 +52,17 @@ def parse_count(text: str) -> int:
     if count < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
     return count
+
+
+def parse_seconds(text: str) -> float:
+    """A positive, finite number of seconds (``--timeout``)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds and finite, got {text}")
+    return seconds
 
 
 def _json_or_text(text: str) -> Any:

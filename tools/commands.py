@@ -45,6 +45,7 @@ from .cmdvalues import (
     nest_assignments,
     parse_assignment,
     parse_count,
+    parse_seconds,
     parse_server,
     parse_tag_start,
     parse_time,
@@ -491,7 +492,7 @@ def connection_options() -> argparse.ArgumentParser:
     group.add_argument("--tls", action="store_true", help="use TLS (system CAs)")
     group.add_argument("--ca", metavar="FILE",
                        help="use TLS, trusting this CA bundle (default the system's CAs)")
-    group.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+    group.add_argument("--timeout", type=parse_seconds, default=10.0, metavar="SECONDS",
                        help="seconds to connect and authenticate (default 10)")
     group.add_argument("--json", action="store_true",
                        help="print JSON for scripts: lines for streams, else one document")

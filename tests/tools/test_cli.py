@@ -406,3 +406,11 @@ def test_demo_runs_and_on_a_directory_in_use_says_so_without_a_traceback(
     assert ran.code == 1 and ran.out == ""
     assert ran.err.startswith("lamina demo: ") and "in use" in ran.err
     assert len(ran.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "soon"])
+def test_a_connect_timeout_that_is_not_a_positive_number_of_seconds_is_a_usage_error(
+        server: Any, lamina: Any, timeout: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        lamina(server, "queue", "list", "--timeout", timeout)
+    assert exc.value.code == 2
