@@ -166,12 +166,13 @@ def _emit(rows: list[dict[str, Any]], columns: list[tuple[str, str]], args: argp
         return EXIT_OK
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=title)
+    from rich.text import Text  # cells and title as text: a filter "[/x]" is no markup
+    table = Table(title=Text(title))
     for key, header in columns:
         numeric = rows and isinstance(rows[0].get(key), int)
         table.add_column(header, justify="right" if numeric else "left")
     for row in rows:
-        table.add_row(*(_cell(row.get(key)) for key, _ in columns))
+        table.add_row(*(Text(_cell(row.get(key))) for key, _ in columns))
     terminal = hasattr(out, "isatty") and out.isatty()
     Console(file=out, width=None if terminal else _PIPE_WIDTH, highlight=False).print(table)
     return EXIT_OK

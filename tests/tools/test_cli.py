@@ -414,3 +414,23 @@ def test_a_connect_timeout_that_is_not_a_positive_number_of_seconds_is_a_usage_e
     with pytest.raises(SystemExit) as exc:
         lamina(server, "queue", "list", "--timeout", timeout)
     assert exc.value.code == 2
+
+
+def test_bodies_that_look_like_markup_print_as_they_are(server: Any, lamina: Any) -> None:
+    """Before, a body such as ``[/foo]`` crashed the table after the messages were deleted."""
+    lamina(server, "queue", "create", "q")
+    lamina(server, "send", "q", "[/foo]", "[bold]x[/bold]")
+    ran = lamina(server, "peek", "q", "--max", "5")
+    assert ran.code == 0 and "[/foo]" in ran.out and "[bold]x[/bold]" in ran.out
+    ran = lamina(server, "receive", "q", "--max", "5", "--delete")
+    assert ran.code == 0 and "[/foo]" in ran.out and "[bold]x[/bold]" in ran.out
+
+
+def test_inspect_tables_print_filters_that_look_like_markup_as_they_are(
+        tmp_path: Path, lamina: Any) -> None:
+    from lamina.engine import Engine
+    with Engine.open(tmp_path / "data") as engine:
+        engine.create_queue("q")
+        engine.create_tag("q", "t", filter={"attributes": {"a": "[/x]"}, "match": "all"})
+    ran = lamina(None, "inspect", str(tmp_path / "data"), "tags", "q")
+    assert ran.code == 0 and '"[/x]"' in ran.out
