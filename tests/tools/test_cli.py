@@ -434,3 +434,16 @@ def test_inspect_tables_print_filters_that_look_like_markup_as_they_are(
         engine.create_tag("q", "t", filter={"attributes": {"a": "[/x]"}, "match": "all"})
     ran = lamina(None, "inspect", str(tmp_path / "data"), "tags", "q")
     assert ran.code == 0 and '"[/x]"' in ran.out
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf"])
+def test_serve_refuses_an_idle_timeout_that_is_not_a_finite_number(
+        tmp_path: Path, lamina: Any, timeout: str) -> None:
+    """A NaN idle timeout started a server that dropped every connection at once. (The
+    options are checked as ``lamina serve`` checks them before it starts, without serving.)"""
+    from lamina.server.config import ConfigError, config_from_args
+    from lamina.tools.cli import build_parser
+    args = build_parser().parse_args(["serve", "--data", str(tmp_path / "data"),
+                                      "--idle-timeout", timeout])
+    with pytest.raises(ConfigError, match="idle-timeout"):
+        config_from_args(args)
