@@ -11,14 +11,16 @@ import argparse
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from lamina.engine.errors import LaminaError
 from lamina.server.config import DEFAULT_PORT
 
-__all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "nest_assignments", "parse_assignment",
-           "parse_count", "parse_seconds",
+__all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "UsageError", "named_values",
+           "nest_assignments", "parse_assignment", "parse_count", "parse_seconds",
            "parse_server", "parse_tag_start", "parse_time"]
 
 DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
@@ -80,11 +82,17 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     return name, _json_or_text(value)
 
 
+class UsageError(LaminaError):
+    """A command line that parsed but cannot be carried out (exit code 2, like argparse's)."""
+
+    code = "Usage"
+
+
 def nest_assignments(assignments: list[tuple[str, Any]]) -> dict[str, Any]:
     """Queue attributes from ``name=value`` pairs, a dotted name setting a field of a map:
     ``redrive.dlq=errors redrive.max_receives=5`` -> ``{"redrive": {"dlq": "errors",
     "max_receives": 5}}``. A name given twice, or a field of a name whose value is not a map,
-    is a ``ValueError`` naming it."""
+    is a ``UsageError`` naming it."""
     nested: dict[str, Any] = {}
     for name, value in assignments:
         *parents, last = name.split(".")
@@ -92,11 +100,22 @@ def nest_assignments(assignments: list[tuple[str, Any]]) -> dict[str, Any]:
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ValueError(f"{name}: {part} is given a value that is not a map")
+                raise UsageError(f"{name}: {part} is given a value that is not a map")
         if last in node:
-            raise ValueError(f"{name}: given more than once")
+            raise UsageError(f"{name}: given more than once")
         node[last] = value
     return nested
+
+
+def named_values(assignments: list[tuple[str, Any]], option: str) -> dict[str, Any]:
+    """Repeated ``option NAME=VALUE`` as a map; a name given twice is a ``UsageError`` (a
+    map holds one value a name)."""
+    named = dict(assignments)
+    if len(named) < len(assignments):
+        names = Counter(name for name, _ in assignments)
+        raise UsageError(f"{option}: given more than once: "
+                         + ", ".join(name for name, count in names.items() if count > 1))
+    return named
 
 
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

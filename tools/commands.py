@@ -35,13 +35,14 @@ import binascii
 import os
 import ssl
 import sys
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from lamina.engine.errors import LaminaError
 
 from .cmdvalues import (
     DEFAULT_SERVER,
+    UsageError,
+    named_values,
     nest_assignments,
     parse_assignment,
     parse_count,
@@ -75,7 +76,7 @@ def _tls_option(args: argparse.Namespace) -> bool | ssl.SSLContext:
         try:
             return ssl.create_default_context(cafile=args.ca)
         except (OSError, ssl.SSLError) as exc:
-            raise _usage(f"--ca {args.ca}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise UsageError(f"--ca {args.ca}: {getattr(exc, 'strerror', None) or exc}") from None
     return bool(args.tls)
 
 
@@ -100,7 +101,7 @@ def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
         except LaminaConnectionError as exc:
             out.error(f"connection error: {exc.message}")
             return 2
-        except _UsageError as exc:
+        except UsageError as exc:
             out.error(exc.message)
             return 2
         except LaminaError as exc:
@@ -152,20 +153,13 @@ def _message_json(msg: Any) -> dict[str, Any]:
 
 
 def _queue_create(client: Client, args: argparse.Namespace, out: Output) -> None:
-    info = client.create_queue(args.queue, _queue_attributes(args) or None)
+    info = client.create_queue(args.queue, nest_assignments(args.attributes) or None)
     if out.json_mode:
         out.document({"queue": info.queue, "attributes": info.attributes,
                       "created": info.created})
     else:
         out.text(f"created queue {info.queue}")
         out.fields(info.attributes, title="attributes")
-
-
-def _queue_attributes(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        return nest_assignments(args.attributes)
-    except ValueError as exc:
-        raise _usage(str(exc)) from None
 
 
 def _queue_delete(client: Client, args: argparse.Namespace, out: Output) -> None:
@@ -221,8 +215,8 @@ def _queue_info(client: Client, args: argparse.Namespace, out: Output) -> None:
 
 def _queue_set(client: Client, args: argparse.Namespace, out: Output) -> None:
     if not args.attributes:
-        raise _usage("queue set needs at least one name=value")
-    attributes = client.set_queue_attributes(args.queue, _queue_attributes(args))
+        raise UsageError("queue set needs at least one name=value")
+    attributes = client.set_queue_attributes(args.queue, nest_assignments(args.attributes))
     if out.json_mode:
         out.document({"queue": args.queue, "attributes": attributes})
     else:
@@ -244,9 +238,9 @@ def _tag_create(client: Client, args: argparse.Namespace, out: Output) -> None:
     start = args.start.resolve(client) if args.start is not None else None
     tag_filter = None
     if args.match is not None and not args.filter:
-        raise _usage("--match goes with --filter (how several filters combine)")
+        raise UsageError("--match goes with --filter (how several filters combine)")
     if args.filter:
-        tag_filter = {"attributes": _named(args.filter, "--filter"),
+        tag_filter = {"attributes": named_values(args.filter, "--filter"),
                       "match": args.match or "all"}
     info = client.create_tag(args.queue, args.tag, start=start, filter=tag_filter)
     if out.json_mode:
@@ -254,17 +248,6 @@ def _tag_create(client: Client, args: argparse.Namespace, out: Output) -> None:
                       "filter": info.filter, "created": info.created})
     else:
         out.text(f"created tag {info.tag} on {args.queue}, starting at {_start_text(info.start)}")
-
-
-def _named(assignments: list[tuple[str, Any]], option: str) -> dict[str, Any]:
-    """Repeated ``option NAME=VALUE`` as a map: a name given twice is a usage error (a map
-    holds one value a name)."""
-    named = dict(assignments)
-    if len(named) < len(assignments):
-        names = Counter(name for name, _ in assignments)
-        raise _usage(f"{option}: given more than once: "
-                     + ", ".join(name for name, count in names.items() if count > 1))
-    return named
 
 
 def _start_text(start_ms: int) -> str:
@@ -312,7 +295,7 @@ def _decode_body(text: str, is_base64: bool) -> bytes | str:
     try:
         return base64.b64decode(text, validate=True)
     except binascii.Error:
-        raise _usage(f"not base64: {text[:40]!r}") from None
+        raise UsageError(f"not base64: {text[:40]!r}") from None
 
 
 def _send_chunks(entries: Iterator[Any]) -> Iterator[list[Any]]:
@@ -333,8 +316,8 @@ def _send_chunks(entries: Iterator[Any]) -> Iterator[list[Any]]:
 def _send(client: Client, args: argparse.Namespace, out: Output) -> int:
     from lamina.client import message
     if not args.bodies:
-        raise _usage("nothing to send: give bodies, or - to read one per line from stdin")
-    attributes = _named(args.attribute, "--attribute") or None
+        raise UsageError("nothing to send: give bodies, or - to read one per line from stdin")
+    attributes = named_values(args.attribute, "--attribute") or None
     entries = (message(body, attributes=attributes, topic=args.topic, priority=args.priority,
                        delay=args.delay) for body in _bodies(args, sys.stdin))
     rows: list[list[Any]] = []
@@ -469,16 +452,6 @@ def _stats(client: Client, args: argparse.Namespace, out: Output) -> None:
 
 
 # --- Registration -----------------------------------------------------------------------------
-
-
-class _UsageError(LaminaError):
-    """A command line that parsed but cannot be carried out (exit code 2, like argparse's)."""
-
-    code = "Usage"
-
-
-def _usage(message_text: str) -> _UsageError:
-    return _UsageError(message_text)
 
 
 def connection_options() -> argparse.ArgumentParser:

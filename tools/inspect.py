@@ -424,7 +424,7 @@ def _null(value: int | None) -> str:
 # -- verify ----------------------------------------------------------------------------------------
 
 def _verify(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
-    from .verify import unreadable
+    from .verify import DAMAGE, Finding, Report
     queues = args.queues or None
     try:
         report = _verify_pass(snapshot, args, queues)
@@ -438,7 +438,8 @@ def _verify(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
             error = snapshot.read_error(again)
             if not isinstance(error, SnapshotReadError):
                 raise
-            report = unreadable(error.file, error.what)
+            report = Report([Finding(DAMAGE, "file", None, error.file or "db",
+                                     f"{error.what}; the checks stopped there")])
     summary = report.summary()
     if args.json:
         if not args.quiet:

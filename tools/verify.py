@@ -28,7 +28,7 @@ not):
     meta              queue name index, definitions, watermarks, tag cursors rows
     orphan            rows of unknown queues or tags in any per-queue column family
     file              a table or blob file RocksDB cannot read, also once the view is reopened
-                      (``unreadable``: the run stops there)
+                      (``lamina inspect verify`` reopens the view first; the run stops there)
 
 Memory grows with one segment (a byte and a time per message) and with a tag's leases, not with
 the log. Reads go through one ``Snapshot`` (one read-only open), so a run beside a live server
@@ -62,7 +62,7 @@ from lamina.engine.store import COLUMN_FAMILIES, Store
 from .batchcheck import batch_findings
 from .snapshot import Snapshot
 
-__all__ = ["Finding", "Report", "unreadable", "verify"]
+__all__ = ["DAMAGE", "Finding", "Report", "verify"]
 
 DAMAGE = "damage"
 WARNING = "warning"
@@ -149,14 +149,6 @@ def verify(snapshot: Snapshot, queues: list[str] | None = None, *,
     for q in selected:
         report.queues += 1
         _QueueCheck(snapshot, q, found, report, progress).run()
-    return report
-
-
-def unreadable(file: str | None, what: str) -> Report:
-    """The report of a run that a data file RocksDB cannot read stopped (check ``file``)."""
-    report = Report()
-    _Collector(report)(DAMAGE, "file", None, file or "db",
-                       f"{what}; the checks stopped there")
     return report
 
 
