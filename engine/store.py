@@ -69,7 +69,9 @@ CHURN_FAMILIES = ("leases", "leasebatches", "delays", "delayseq", "topics")
 #: ``Exception``): an I/O error naming a table or blob file (one missing or unreadable; an
 #: I/O error of the WAL, the manifest or the LOCK is not a read's), or damage found.
 _IO_ERROR, _CORRUPTION = "IO error: ", "Corruption: "
-_DATA_FILE = re.compile(r"(/\S+?\.(?:sst|blob))\b")
+#: The file's path is absolute, or relative to the working directory (as the data directory
+#: was given: ``lamina inspect lamina-data ...``).
+_DATA_FILE = re.compile(r"(\S+?\.(?:sst|blob))\b")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,8 +138,9 @@ class ServerConfig:
             raise ConfigError("max_inflight must be >= 1 and max_waiting >= 0")
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
             raise ConfigError(f"--busy-poll-us must be 0..{MAX_BUSY_POLL_US}")
-        if not (self.idle_timeout_s > 0 and self.auth_timeout_s > 0):  # NaN too
-            raise ConfigError("timeouts must be positive")
+        if not 0 < self.idle_timeout_s < math.inf or not 0 < self.auth_timeout_s < math.inf:
+            raise ConfigError("--idle-timeout and --auth-timeout must be positive, finite "
+                              "numbers of seconds")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together")
         if not is_loopback(self.host) and not self.insecure and (

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from lamina.bench.cli import add_bench_command
-from lamina.engine import Engine
+from lamina.engine import DataDirectoryError, Engine
 from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.tools.commands import add_client_commands
 from lamina.tools.helptext import Parser
@@ -26,7 +26,12 @@ Lamina: a self-hosted message queue server and its command-line client.
 
 
 def _demo(args: argparse.Namespace) -> int:
-    with Engine.open(Path(args.data)) as engine:
+    try:
+        engine = Engine.open(Path(args.data))
+    except DataDirectoryError as exc:  # e.g. a lamina serve holds it
+        print(f"lamina demo: {exc}", file=sys.stderr)
+        return 1
+    with engine:
         engine.create_queue("demo")
         sent = engine.send("demo", [b"hello", {1: "urgent", 4: 1}, {1: "later", 5: 0.5}])
         print(f"sent {len(sent)} messages to 'demo' in {args.data}")

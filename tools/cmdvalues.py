@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from lamina.engine.errors import LaminaError
 from lamina.server.config import DEFAULT_PORT
 
-__all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "parse_assignment", "parse_server",
-           "parse_tag_start", "parse_time"]
+__all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "UsageError", "named_values",
+           "nest_assignments", "parse_assignment", "parse_count", "parse_seconds",
+           "parse_server", "parse_tag_start", "parse_time"]
 
 DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
 
@@ -40,6 +44,29 @@ def parse_server(text: str) -> tuple[str, int]:
     return host, port
 
 
+def parse_count(text: str) -> int:
+    """A count of at least 1 (``--max``, ``--limit``): 0 or less is refused, never taken as
+    "none" or "no limit"."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
+    return count
+
+
+def parse_seconds(text: str) -> float:
+    """A positive, finite number of seconds (``--timeout``)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds and finite, got {text}")
+    return seconds
+
+
 def _json_or_text(text: str) -> Any:
     try:
         return json.loads(text)
@@ -53,6 +80,42 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     if not equals or not name:
         raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}")
     return name, _json_or_text(value)
+
+
+class UsageError(LaminaError):
+    """A command line that parsed but cannot be carried out (exit code 2, like argparse's)."""
+
+    code = "Usage"
+
+
+def nest_assignments(assignments: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Queue attributes from ``name=value`` pairs, a dotted name setting a field of a map:
+    ``redrive.dlq=errors redrive.max_receives=5`` -> ``{"redrive": {"dlq": "errors",
+    "max_receives": 5}}``. A name given twice, or a field of a name whose value is not a map,
+    is a ``UsageError`` naming it."""
+    nested: dict[str, Any] = {}
+    for name, value in assignments:
+        *parents, last = name.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UsageError(f"{name}: {part} is given a value that is not a map")
+        if last in node:
+            raise UsageError(f"{name}: given more than once")
+        node[last] = value
+    return nested
+
+
+def named_values(assignments: list[tuple[str, Any]], option: str) -> dict[str, Any]:
+    """Repeated ``option NAME=VALUE`` as a map; a name given twice is a ``UsageError`` (a
+    map holds one value a name)."""
+    named = dict(assignments)
+    if len(named) < len(assignments):
+        names = Counter(name for name, _ in assignments)
+        raise UsageError(f"{option}: given more than once: "
+                         + ", ".join(name for name, count in names.items() if count > 1))
+    return named
 
 
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -18,7 +18,8 @@ Values on the command line:
 
 - attributes (``name=value``): the value is read as JSON when it parses (``60``, ``true``,
   ``null``, ``{"dlq": "dead", "max_receives": 5}``), else taken as text: ``color=red``; quote to
-  force text: ``code='"007"'``;
+  force text: ``code='"007"'``; a queue attribute's field may be set by a dotted name:
+  ``redrive.dlq=dead redrive.max_receives=5``;
 - times (``rewind``, ``peek --start``, ``redrive --since/--until``, ``tag create --start``):
   milliseconds since the epoch, an ISO 8601 date-time (UTC unless it has an offset), or a
   duration ago by the server's clock: ``90s``, ``15m``, ``2h``, ``1d``, ``500ms``.
@@ -40,7 +41,12 @@ from lamina.engine.errors import LaminaError
 
 from .cmdvalues import (
     DEFAULT_SERVER,
+    UsageError,
+    named_values,
+    nest_assignments,
     parse_assignment,
+    parse_count,
+    parse_seconds,
     parse_server,
     parse_tag_start,
     parse_time,
@@ -70,7 +76,7 @@ def _tls_option(args: argparse.Namespace) -> bool | ssl.SSLContext:
         try:
             return ssl.create_default_context(cafile=args.ca)
         except (OSError, ssl.SSLError) as exc:
-            raise _usage(f"--ca {args.ca}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise UsageError(f"--ca {args.ca}: {getattr(exc, 'strerror', None) or exc}") from None
     return bool(args.tls)
 
 
@@ -95,7 +101,7 @@ def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
         except LaminaConnectionError as exc:
             out.error(f"connection error: {exc.message}")
             return 2
-        except _UsageError as exc:
+        except UsageError as exc:
             out.error(exc.message)
             return 2
         except LaminaError as exc:
@@ -147,7 +153,7 @@ def _message_json(msg: Any) -> dict[str, Any]:
 
 
 def _queue_create(client: Client, args: argparse.Namespace, out: Output) -> None:
-    info = client.create_queue(args.queue, dict(args.attributes) or None)
+    info = client.create_queue(args.queue, nest_assignments(args.attributes) or None)
     if out.json_mode:
         out.document({"queue": info.queue, "attributes": info.attributes,
                       "created": info.created})
@@ -209,8 +215,8 @@ def _queue_info(client: Client, args: argparse.Namespace, out: Output) -> None:
 
 def _queue_set(client: Client, args: argparse.Namespace, out: Output) -> None:
     if not args.attributes:
-        raise _usage("queue set needs at least one name=value")
-    attributes = client.set_queue_attributes(args.queue, dict(args.attributes))
+        raise UsageError("queue set needs at least one name=value")
+    attributes = client.set_queue_attributes(args.queue, nest_assignments(args.attributes))
     if out.json_mode:
         out.document({"queue": args.queue, "attributes": attributes})
     else:
@@ -231,8 +237,11 @@ def _queue_purge(client: Client, args: argparse.Namespace, out: Output) -> None:
 def _tag_create(client: Client, args: argparse.Namespace, out: Output) -> None:
     start = args.start.resolve(client) if args.start is not None else None
     tag_filter = None
+    if args.match is not None and not args.filter:
+        raise UsageError("--match goes with --filter (how several filters combine)")
     if args.filter:
-        tag_filter = {"attributes": dict(args.filter), "match": args.match}
+        tag_filter = {"attributes": named_values(args.filter, "--filter"),
+                      "match": args.match or "all"}
     info = client.create_tag(args.queue, args.tag, start=start, filter=tag_filter)
     if out.json_mode:
         out.document({"queue": args.queue, "tag": info.tag, "start": info.start,
@@ -286,7 +295,7 @@ def _decode_body(text: str, is_base64: bool) -> bytes | str:
     try:
         return base64.b64decode(text, validate=True)
     except binascii.Error:
-        raise _usage(f"not base64: {text[:40]!r}") from None
+        raise UsageError(f"not base64: {text[:40]!r}") from None
 
 
 def _send_chunks(entries: Iterator[Any]) -> Iterator[list[Any]]:
@@ -294,11 +303,12 @@ def _send_chunks(entries: Iterator[Any]) -> Iterator[list[Any]]:
     size = 0
     for entry in entries:
         body = entry[1] if isinstance(entry, dict) else entry
-        if chunk and (len(chunk) >= MAX_BATCH or size + len(body) > _SEND_CHUNK_BYTES):
+        body_bytes = len(body.encode()) if isinstance(body, str) else len(body)
+        if chunk and (len(chunk) >= MAX_BATCH or size + body_bytes > _SEND_CHUNK_BYTES):
             yield chunk
             chunk, size = [], 0
         chunk.append(entry)
-        size += len(body)
+        size += body_bytes
     if chunk:
         yield chunk
 
@@ -306,8 +316,8 @@ def _send_chunks(entries: Iterator[Any]) -> Iterator[list[Any]]:
 def _send(client: Client, args: argparse.Namespace, out: Output) -> int:
     from lamina.client import message
     if not args.bodies:
-        raise _usage("nothing to send: give bodies, or - to read one per line from stdin")
-    attributes = dict(args.attribute) or None
+        raise UsageError("nothing to send: give bodies, or - to read one per line from stdin")
+    attributes = named_values(args.attribute, "--attribute") or None
     entries = (message(body, attributes=attributes, topic=args.topic, priority=args.priority,
                        delay=args.delay) for body in _bodies(args, sys.stdin))
     rows: list[list[Any]] = []
@@ -444,16 +454,6 @@ def _stats(client: Client, args: argparse.Namespace, out: Output) -> None:
 # --- Registration -----------------------------------------------------------------------------
 
 
-class _UsageError(LaminaError):
-    """A command line that parsed but cannot be carried out (exit code 2, like argparse's)."""
-
-    code = "Usage"
-
-
-def _usage(message_text: str) -> _UsageError:
-    return _UsageError(message_text)
-
-
 def connection_options() -> argparse.ArgumentParser:
     """The options every client command takes (an argparse parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -465,7 +465,7 @@ def connection_options() -> argparse.ArgumentParser:
     group.add_argument("--tls", action="store_true", help="use TLS (system CAs)")
     group.add_argument("--ca", metavar="FILE",
                        help="use TLS, trusting this CA bundle (default the system's CAs)")
-    group.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+    group.add_argument("--timeout", type=parse_seconds, default=10.0, metavar="SECONDS",
                        help="seconds to connect and authenticate (default 10)")
     group.add_argument("--json", action="store_true",
                        help="print JSON for scripts: lines for streams, else one document")
@@ -494,7 +494,7 @@ def add_client_commands(commands: Any) -> None:
     p.add_argument("queue", help="queue name")
     p = command(queues, "list", _queue_list, "list queue names")
     p.add_argument("--prefix", help="only names starting with this (default all)")
-    p.add_argument("--limit", type=int, metavar="N", help="at most this many names "
+    p.add_argument("--limit", type=parse_count, metavar="N", help="at most this many names "
                    "(default all)")
     p = command(queues, "info", _queue_info, "a queue's attributes and stats")
     p.add_argument("queue", help="queue name")
@@ -514,7 +514,7 @@ def add_client_commands(commands: Any) -> None:
     p.add_argument("--filter", action="append", default=[],
                    help="only messages with this attribute value; repeatable (default none: "
                         "every message)", **assign)
-    p.add_argument("--match", choices=("all", "any"), default="all",
+    p.add_argument("--match", choices=("all", "any"),
                    help="with several --filter: all (default) or any must match")
     p = command(tags, "delete", _tag_delete, "delete a tag")
     p.add_argument("queue", help="queue name")
@@ -539,8 +539,8 @@ def add_client_commands(commands: Any) -> None:
     p = command(commands, "receive", _receive, "receive (lease) messages")
     p.add_argument("queue", help="queue name")
     p.add_argument("--tag", help="the tag to read (default the tag 'default')")
-    p.add_argument("--max", type=int, default=1, metavar="N",
-                   help="up to this many, 1-1000 (default 1)")
+    p.add_argument("--max", type=parse_count, default=1, metavar="N",
+                   help="up to this many, asked for 1000 at a time (default 1)")
     p.add_argument("--wait", type=float, metavar="SECONDS",
                    help="long-poll this long for the first (0-30, default the queue's)")
     p.add_argument("--visibility-timeout", type=float, metavar="SECONDS",

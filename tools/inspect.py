@@ -43,8 +43,9 @@ from lamina.engine.errors import LaminaError
 from lamina.engine.records import PREFIX_SIZE
 from lamina.engine.state import ENDED_AHEAD, ENDED_DEAD, ENDED_DELETED, LEASED, QueueState
 
+from .cmdvalues import parse_count
 from .output import to_json
-from .snapshot import Snapshot, SnapshotError
+from .snapshot import Snapshot, SnapshotError, SnapshotReadError
 from .tagstate import TagStates
 from .timefmt import iso_ms, parse_time_ms
 
@@ -98,7 +99,7 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
     command("tags", "a queue's tags: scope, cursors, lease counts")
     leases = command("leases", "leases of a queue, one line a message")
     leases.add_argument("--tag", help="only this tag (default every tag)")
-    leases.add_argument("--limit", type=int, metavar="N", help="at most this many rows "
+    leases.add_argument("--limit", type=parse_count, metavar="N", help="at most this many rows "
                         "(default all)")
     dump = command("dump", "messages as JSON lines", table=False)
     where = dump.add_mutually_exclusive_group()
@@ -113,7 +114,7 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
     dump.add_argument("--at", metavar="TIME",
                       help="with --tag: states at this time (default: now, the later of the "
                            "wall clock and the engine clock)")
-    dump.add_argument("--limit", type=int, metavar="N",
+    dump.add_argument("--limit", type=parse_count, metavar="N",
                       help="at most this many messages (default all)")
     check = command("verify", "re-check records, time index, segments and leases; "
                     "exit 1 on damage", queue=False)
@@ -127,9 +128,14 @@ def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
 
 def run_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout
-    if args.inspect_command == "dump" and args.until is not None and args.segment is not None:
-        print("lamina inspect: --until goes with --since, not --segment", file=sys.stderr)
-        return EXIT_USAGE
+    if args.inspect_command == "dump":
+        misuse = ("--until goes with --since, not --segment"
+                  if args.until is not None and args.segment is not None else
+                  "--at goes with --tag (the time of the tag's states)"
+                  if args.at is not None and args.tag is None else None)
+        if misuse is not None:
+            print(f"lamina inspect: {misuse}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         snapshot = Snapshot(args.data)
     except SnapshotError as exc:
@@ -160,12 +166,13 @@ def _emit(rows: list[dict[str, Any]], columns: list[tuple[str, str]], args: argp
         return EXIT_OK
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=title)
+    from rich.text import Text  # cells and title as text: a filter "[/x]" is no markup
+    table = Table(title=Text(title))
     for key, header in columns:
         numeric = rows and isinstance(rows[0].get(key), int)
         table.add_column(header, justify="right" if numeric else "left")
     for row in rows:
-        table.add_row(*(_cell(row.get(key)) for key, _ in columns))
+        table.add_row(*(Text(_cell(row.get(key))) for key, _ in columns))
     terminal = hasattr(out, "isatty") and out.isatty()
     Console(file=out, width=None if terminal else _PIPE_WIDTH, highlight=False).print(table)
     return EXIT_OK
@@ -269,7 +276,7 @@ def _tags(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
             row["cursors"] = " ".join(f"{lane}:{seq}" for lane, seq in row["cursors"].items())
     return _emit(rows, [("tag", "tag"), ("id", "id"), ("start_seq", "start seq"),
                         ("filter", "filter"), ("cursors", "cursors lane:seq"),
-                        ("lease_counter", "leases made"), ("inflight", "inflight"),
+                        ("lease_counter", "lease ceiling"), ("inflight", "inflight"),
                         ("active_again", "active again"), ("ended_ahead", "ended ahead"),
                         ("dead", "dead"), ("created", "created")],
                  args, out, f"tags of {q.name!r}")
@@ -417,11 +424,22 @@ def _null(value: int | None) -> str:
 # -- verify ----------------------------------------------------------------------------------------
 
 def _verify(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
-    from .verify import total_messages, verify
+    from .verify import DAMAGE, Finding, Report
     queues = args.queues or None
-    total = total_messages(snapshot, queues)
-    with _progress(args, total, "verify") as advance:
-        report = verify(snapshot, queues, progress=advance)
+    try:
+        report = _verify_pass(snapshot, args, queues)
+    except Exception as exc:  # a file went beside the view since it opened, or is damaged
+        if not isinstance(snapshot.read_error(exc), SnapshotError):
+            raise
+        snapshot.refresh()
+        try:
+            report = _verify_pass(snapshot, args, queues)
+        except Exception as again:  # the directory as it is now: the file is damaged
+            error = snapshot.read_error(again)
+            if not isinstance(error, SnapshotReadError):
+                raise
+            report = Report([Finding(DAMAGE, "file", None, error.file or "db",
+                                     f"{error.what}; the checks stopped there")])
     summary = report.summary()
     if args.json:
         if not args.quiet:
@@ -441,6 +459,13 @@ def _verify(snapshot: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
                   f"checked; {summary['damage']} damage, "
                   f"{summary['warnings']} warnings\n")
     return EXIT_DAMAGE if report.damaged else EXIT_OK
+
+
+def _verify_pass(snapshot: Snapshot, args: argparse.Namespace, queues: list[str] | None) -> Any:
+    from .verify import total_messages, verify
+    total = total_messages(snapshot, queues)
+    with _progress(args, total, "verify") as advance:
+        return verify(snapshot, queues, progress=advance)
 
 
 _COMMANDS: dict[str, Callable[[Snapshot, argparse.Namespace, TextIO], int]] = {

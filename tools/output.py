@@ -118,9 +118,11 @@ class Output:
     def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]],
               title: str | None = None) -> None:
         from rich.table import Table
-        table = Table(*columns, title=title, title_justify="left")
+        from rich.text import Text  # cells and titles as text: a body "[/x]" is no markup
+        table = Table(*columns, title=Text(title) if title is not None else None,
+                      title_justify="left")
         for row in rows:
-            table.add_row(*(_cell(value) for value in row))
+            table.add_row(*(Text(_cell(value)) for value in row))
         self.console.print(table)
 
     def fields(self, values: dict[str, Any], title: str | None = None) -> None:

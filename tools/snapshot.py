@@ -151,9 +151,10 @@ class SnapshotReadError(SnapshotError):
     (for a command: running it again) reads the state as of now. A file that fails again
     is damaged."""
 
-    def __init__(self, message: str, file: str | None) -> None:
+    def __init__(self, message: str, file: str | None, what: str = "") -> None:
         super().__init__(message)
         self.file = file
+        self.what = what or message  # what failed, without the advice
 
 
 def _reads(method: _Method) -> _Method:
@@ -276,7 +277,8 @@ class Snapshot:
         return SnapshotReadError(
             f"{self.data_dir}: {failure.describe()}. A server running on this directory may "
             "have removed it after the read began: run the command again (refresh the "
-            "view); if it fails again, the data directory is damaged", failure.file)
+            "view); if it fails again, the data directory is damaged", failure.file,
+            failure.describe())
 
     def raise_read_error(self, exc: Exception) -> NoReturn:
         """Raise ``read_error(exc)`` (``exc`` as it is when it is not one)."""

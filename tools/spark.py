@@ -18,7 +18,8 @@ Spark's Python workers must run the driver's interpreter: set ``PYSPARK_PYTHON``
 enqueue_time < until``), ``tag`` (adds a ``state`` column: the message's state for that tag, as
 ``lamina inspect dump --tag`` derives it, evaluated at planning time; null for a queue without
 that tag). Streaming adds ``startingOffsets`` (``earliest``, the default, or ``latest``),
-``maxMessagesPerTrigger`` and ``failOnDataLoss`` (default true).
+``maxMessagesPerTrigger`` (at least 1; default no limit) and ``failOnDataLoss`` (default
+true).
 
 **Rows** are the messages the engine retains at planning time: from ``gone_seq`` (raised by
 retention as the engine's next operation would) to ``next_seq``; rows below it that wait for
@@ -45,8 +46,10 @@ the source (time ranges become seq ranges through the time index), so they prune
 catches up with the directory (a running server's), and each micro-batch reads only the seqs
 between two offsets, one partition per segment they touch.
 
-**Writes**: ``server`` (``host:port``, required), ``queue`` (required), optional ``key`` /
-``secret`` (authentication), ``tls`` (``true``), ``batchSize`` (default 500 messages). Columns:
+**Writes**: ``server`` (``host:port``, required; the port defaults to 7766 as for ``lamina
+--server``), ``queue`` (required), optional ``key`` / ``secret`` (authentication), ``tls``
+(``true``), ``batchSize`` (messages per request, 1-1000, default 500). An option out of range
+is refused, naming it. Columns:
 ``body`` (binary or string, required), optional ``attributes`` (map), ``priority`` (int),
 ``topic`` (string), ``delay`` (seconds). Each partition sends its rows in batches through
 ``lamina.client.Client``; a refused message fails the task. A retried task sends its

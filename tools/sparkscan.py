@@ -79,6 +79,23 @@ class ReadOptions:
         )
 
 
+def int_option(options: Any, name: str, default: int | None, low: int,
+               high: int | None = None) -> int | None:
+    """The whole-number option ``name`` (``default`` when not given), refused with a
+    ``ValueError`` naming it when it is not one or lies outside ``low``..``high``."""
+    text = options.get(name)
+    if text in (None, ""):
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"option {name}: not a whole number: {text!r}") from None
+    if value < low or (high is not None and value > high):
+        span = f"{low}..{high}" if high is not None else f"at least {low}"
+        raise ValueError(f"option {name}: must be {span}, got {value}")
+    return value
+
+
 def schema_for(tag: str | None) -> StructType:
     return StructType([*SCHEMA.fields, STATE_FIELD]) if tag else SCHEMA
 

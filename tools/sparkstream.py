@@ -14,6 +14,7 @@ from .sparkscan import (
     ReadOptions,
     SegmentGone,
     freeze_worker_heap,
+    int_option,
     read_partition,
     segment_partitions,
 )
@@ -33,8 +34,7 @@ class LaminaStreamReader(DataSourceStreamReader):
         self.starting = str(options.get("startingOffsets", "earliest")).lower()
         if self.starting not in ("earliest", "latest"):
             raise ValueError('startingOffsets is "earliest" or "latest"')
-        limit = options.get("maxMessagesPerTrigger")
-        self.max_per_trigger = int(limit) if limit else None
+        self.max_per_trigger = int_option(options, "maxMessagesPerTrigger", None, 1)
         self.fail_on_data_loss = str(options.get("failOnDataLoss", "true")).lower() != "false"
         self._snapshot: Snapshot | None = None
 

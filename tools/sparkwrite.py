@@ -3,11 +3,15 @@ batches through a Lamina server."""
 
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
+
+from .cmdvalues import parse_server
+from .sparkscan import int_option
 
 
 # -- writer -----------------------------------------------------------------------------------
@@ -26,12 +30,14 @@ class LaminaWriter(DataSourceWriter):
         if not server or not queue:
             raise ValueError('writing to lamina needs .option("server", "host:port") and '
                              '.option("queue", name)')
-        host, _, port = server.rpartition(":")
-        self.host, self.port = host.strip("[]") or "127.0.0.1", int(port)
+        try:
+            self.host, self.port = parse_server(server)
+        except ArgumentTypeError as exc:
+            raise ValueError(f"option server: {exc}") from None
         self.queue = queue
         self.key, self.secret = options.get("key"), options.get("secret")
         self.tls = str(options.get("tls", "false")).lower() == "true"
-        self.batch_size = max(1, min(int(options.get("batchSize", 500)), 1000))
+        self.batch_size = int_option(options, "batchSize", 500, 1, 1000)
         names = set(schema.names)
         if "body" not in names:
             raise ValueError("writing to lamina needs a body column")

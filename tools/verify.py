@@ -27,6 +27,8 @@ not):
     lease.below_gone  (warning) a lease row below gone_seq, not deleted nor leased: dropped later
     meta              queue name index, definitions, watermarks, tag cursors rows
     orphan            rows of unknown queues or tags in any per-queue column family
+    file              a table or blob file RocksDB cannot read, also once the view is reopened
+                      (``lamina inspect verify`` reopens the view first; the run stops there)
 
 Memory grows with one segment (a byte and a time per message) and with a tag's leases, not with
 the log. Reads go through one ``Snapshot`` (one read-only open), so a run beside a live server
@@ -60,7 +62,7 @@ from lamina.engine.store import COLUMN_FAMILIES, Store
 from .batchcheck import batch_findings
 from .snapshot import Snapshot
 
-__all__ = ["Finding", "Report", "verify"]
+__all__ = ["DAMAGE", "Finding", "Report", "verify"]
 
 DAMAGE = "damage"
 WARNING = "warning"

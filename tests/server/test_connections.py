@@ -458,8 +458,8 @@ async def test_the_idle_timeout_counts_from_a_waiting_receive_s_answer_not_from_
 
 
 @pytest.mark.parametrize("option", ["--idle-timeout", "--auth-timeout"])
-@pytest.mark.parametrize("value", ["nan", "0", "-1"])
-def test_a_timeout_that_is_not_a_positive_number_is_refused_before_serving(
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused_before_serving(
         option: str, value: str) -> None:
     # A NaN idle timeout was accepted: the server started and reset every connection.
     parser = add_serve_arguments(argparse.ArgumentParser(prog="lamina serve"))

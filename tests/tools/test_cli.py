@@ -312,3 +312,125 @@ def test_help_lists_every_client_command() -> None:
     for command in ("queue", "tag", "send", "receive", "peek", "rewind", "redrive", "stats",
                     "bench"):
         assert command in shown
+
+
+def test_queue_attributes_in_dotted_form_set_the_redrive_policy_as_the_help_says(
+        server: Any, lamina: Any) -> None:
+    lamina(server, "queue", "create", "errors")
+    ran = lamina(server, "queue", "create", "work", "visibility_timeout=60", "redrive.dlq=errors",
+                 "redrive.max_receives=5", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json()["attributes"]["redrive"] == {"dlq": "errors", "max_receives": 5}
+    ran = lamina(server, "queue", "set", "work", "redrive.dlq=errors",
+                 "redrive.max_receives=2", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json()["attributes"]["redrive"] == {"dlq": "errors", "max_receives": 2}
+
+
+def test_a_dotted_queue_attribute_beside_its_whole_value_is_a_usage_error(
+        server: Any, lamina: Any) -> None:
+    lamina(server, "queue", "create", "errors")
+    ran = lamina(server, "queue", "create", "work", "redrive=null", "redrive.dlq=errors")
+    assert ran.code == 2 and "redrive" in ran.err
+    assert lamina(server, "queue", "info", "work").code == 1  # nothing was created
+
+
+@pytest.mark.parametrize("argv", [["receive", "q", "--max", "0"], ["receive", "q", "--max", "-3"],
+                                  ["queue", "list", "--limit", "0"],
+                                  ["queue", "list", "--limit", "-1"]])
+def test_a_count_below_one_is_refused_not_taken_for_none_or_all(server: Any, lamina: Any,
+                                                                argv: list[str]) -> None:
+    lamina(server, "queue", "create", "q")
+    with pytest.raises(SystemExit) as exc:
+        lamina(server, *argv)
+    assert exc.value.code == 2
+
+
+def test_bodies_and_attributes_may_follow_options(server: Any, lamina: Any) -> None:
+    ran = lamina(None, "queue", "create", "--server", f"127.0.0.1:{server.port}", "q",
+                 "visibility_timeout=60", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json()["attributes"]["visibility_timeout"] == 60
+    ran = lamina(server, "send", "q", "--priority", "1", "urgent", "--topic", "t", "now")
+    assert ran.code == 1 and "not both" in ran.err  # both bodies sent, both refused
+    ran = lamina(server, "send", "q", "--priority", "1", "urgent", "--delay", "0", "now")
+    assert ran.code == 0, ran.err
+    received = lamina(server, "receive", "q", "--max", "5", "--json").lines()
+    assert [(m["body"], m["priority"]) for m in received] == [("urgent", 1), ("now", 1)]
+
+
+def test_send_cuts_its_requests_by_encoded_bytes_not_characters(tmp_path: Path,
+                                                                lamina: Any) -> None:
+    """1000 bodies of 1000 three-byte characters: 10^6 characters, 3 MB, over a 2 MiB frame."""
+    from tests.support.servers import server_thread
+    with server_thread(tmp_path / "data", max_frame=2 * 1024 * 1024) as small:
+        lamina(small, "queue", "create", "q")
+        ran = lamina(small, "send", "q", "-", "--json", stdin=("€" * 1000 + "\n") * 1000)
+        assert ran.code == 0, ran.err
+        assert len(ran.lines()) == 1000
+
+
+def test_tag_match_without_a_filter_is_refused_not_ignored(server: Any, lamina: Any) -> None:
+    lamina(server, "queue", "create", "q")
+    ran = lamina(server, "tag", "create", "q", "t", "--match", "any")
+    assert ran.code == 2 and "--match goes with --filter" in ran.err
+    assert [t["tag"] for t in lamina(server, "tag", "list", "q", "--json").lines()] == [
+        "default"]
+
+
+def test_a_filter_attribute_given_twice_is_refused_not_overwritten(server: Any,
+                                                                   lamina: Any) -> None:
+    lamina(server, "queue", "create", "q")
+    ran = lamina(server, "tag", "create", "q", "t", "--filter", "color=red", "--filter",
+                 "color=blue", "--match", "any")
+    assert ran.code == 2 and "color" in ran.err
+    ran = lamina(server, "tag", "create", "q", "t", "--filter", "a.b=1", "--json")
+    assert ran.code == 0 and ran.json()["filter"]["attributes"] == {"a.b": 1}
+
+
+def test_a_message_attribute_given_twice_is_refused_not_overwritten(server: Any,
+                                                                    lamina: Any) -> None:
+    lamina(server, "queue", "create", "q")
+    ran = lamina(server, "send", "q", "x", "--attribute", "n=1", "--attribute", "n=2")
+    assert ran.code == 2 and "--attribute: given more than once: n" in ran.err
+    assert lamina(server, "receive", "q", "--json").lines() == []
+
+
+def test_demo_runs_and_on_a_directory_in_use_says_so_without_a_traceback(
+        tmp_path: Path, lamina: Any) -> None:
+    from lamina.engine import Engine
+    ran = lamina(None, "demo", "--data", str(tmp_path / "demo"))
+    assert ran.code == 0 and "sent 3 messages" in ran.out
+    with Engine.open(tmp_path / "busy"):  # as a `lamina serve` on the default directory
+        ran = lamina(None, "demo", "--data", str(tmp_path / "busy"))
+    assert ran.code == 1 and ran.out == ""
+    assert ran.err.startswith("lamina demo: ") and "in use" in ran.err
+    assert len(ran.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "soon"])
+def test_a_connect_timeout_that_is_not_a_positive_number_of_seconds_is_a_usage_error(
+        server: Any, lamina: Any, timeout: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        lamina(server, "queue", "list", "--timeout", timeout)
+    assert exc.value.code == 2
+
+
+def test_bodies_that_look_like_markup_print_as_they_are(server: Any, lamina: Any) -> None:
+    """Before, a body such as ``[/foo]`` crashed the table after the messages were deleted."""
+    lamina(server, "queue", "create", "q")
+    lamina(server, "send", "q", "[/foo]", "[bold]x[/bold]")
+    ran = lamina(server, "peek", "q", "--max", "5")
+    assert ran.code == 0 and "[/foo]" in ran.out and "[bold]x[/bold]" in ran.out
+    ran = lamina(server, "receive", "q", "--max", "5", "--delete")
+    assert ran.code == 0 and "[/foo]" in ran.out and "[bold]x[/bold]" in ran.out
+
+
+def test_inspect_tables_print_filters_that_look_like_markup_as_they_are(
+        tmp_path: Path, lamina: Any) -> None:
+    from lamina.engine import Engine
+    with Engine.open(tmp_path / "data") as engine:
+        engine.create_queue("q")
+        engine.create_tag("q", "t", filter={"attributes": {"a": "[/x]"}, "match": "all"})
+    ran = lamina(None, "inspect", str(tmp_path / "data"), "tags", "q")
+    assert ran.code == 0 and '"[/x]"' in ran.out

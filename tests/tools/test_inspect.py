@@ -230,3 +230,33 @@ def test_large_messages_in_blob_files(run: Any, tmp_path: Path) -> None:
     assert code == 0, out
     with pytest.raises(SnapshotError, match="blob"):
         Snapshot(path, mode="secondary")
+
+
+@pytest.mark.parametrize("command", [["leases", "orders"], ["dump", "orders"]])
+def test_a_limit_below_one_is_refused_not_taken_for_no_rows(run: Any, mixed: Any,
+                                                            command: list[str]) -> None:
+    path, _ = mixed
+    with pytest.raises(SystemExit) as exc:
+        run(path, *command, "--limit", "-1")
+    assert exc.value.code == 2
+
+
+def test_dump_at_a_time_without_a_tag_is_refused_not_ignored(run: Any, mixed: Any) -> None:
+    path, _ = mixed
+    code, out, err = run(path, "dump", "orders", "--at", "0")
+    assert code == 2 and out == "" and "--at goes with --tag" in err
+
+
+def test_the_tags_table_does_not_call_the_stored_lease_ceiling_leases_made(
+        run: Any, tmp_path: Path) -> None:
+    """While the engine runs, a tag's row holds its lease counter ahead of the next number
+    (docs/STORAGE.md): after one lease it is not 1."""
+    path = tmp_path / "data"
+    with Engine.open(path) as engine:
+        engine.create_queue("q")
+        engine.send("q", [b"one"])
+        engine.receive("q")
+        code, out, _ = run(path, "tags", "q")
+        assert code == 0 and "leases made" not in out and "lease ceiling" in out
+        [row] = lines(run(path, "tags", "q", "--json")[1])
+        assert row["lease_counter"] > 1

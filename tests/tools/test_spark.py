@@ -368,3 +368,28 @@ def test_stream_offsets_follow_the_log(tmp_path: Path) -> None:
         {"path": str(path), "queue": "q", "startingOffsets": "latest"}, lamina_spark.SCHEMA)
     assert late.initialOffset() == {"q": {"id": 1, "seq": 301}}
     late.stop()
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"batchSize": "5000"}, "batchSize"), ({"batchSize": "0"}, "batchSize"),
+    ({"batchSize": "many"}, "batchSize"), ({"server": "localhost:http"}, "server"),
+])
+def test_a_bad_write_option_is_refused_naming_it_not_clamped(options: dict[str, str],
+                                                              named: str) -> None:
+    from lamina.tools.sparkwrite import LaminaWriter
+    with pytest.raises(ValueError, match=named):
+        LaminaWriter({"server": "127.0.0.1:7766", "queue": "q", **options},
+                     lamina_spark.SCHEMA)
+
+
+def test_a_write_server_without_a_port_is_on_the_default_port_as_on_the_command_line() -> None:
+    from lamina.tools.sparkwrite import LaminaWriter
+    writer = LaminaWriter({"server": "localhost", "queue": "q"}, lamina_spark.SCHEMA)
+    assert (writer.host, writer.port) == ("localhost", 7766)
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "ten"])
+def test_a_bad_stream_trigger_size_is_refused_naming_it(limit: str) -> None:
+    with pytest.raises(ValueError, match="maxMessagesPerTrigger"):
+        sparkstream.LaminaStreamReader({"path": "data", "maxMessagesPerTrigger": limit},
+                                       lamina_spark.SCHEMA)
