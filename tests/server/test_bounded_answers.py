@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cbor2
+import pytest
+
 from lamina.client import AsyncClient
 from lamina.engine import Engine
 from lamina.engine.errors import InvalidArgument
 from lamina.engine.grants import MAX_GRANTS
+from lamina.engine.tagging import MAX_TAGS
+from lamina.engine.topics import MAX_FILTER_BYTES
 from tests.support.servers import running_server
-
-import pytest
 
 MIN_MAX_FRAME = 2 * 1024 * 1024
 WIDE_KEY = "\U0001F600" * 124  # 128 characters of four UTF-8 bytes each, with a 4-digit index
@@ -30,3 +33,27 @@ async def test_list_grants_of_the_most_grants_fits_the_smallest_frame(tmp_path: 
                     await client.grant(WIDE_QUEUE, f"more{WIDE_KEY}", ["send"])
                 grants = await client.list_grants()
     assert len(grants) == MAX_GRANTS
+
+
+def widest_filter() -> dict[str, object]:
+    """A filter of 16 attributes taking MAX_FILTER_BYTES encoded, the most a filter may."""
+    names = [f"{n:02d}".ljust(128, "n") for n in range(16)]
+    attributes: dict[str, object] = {name: "" for name in names}
+    room = MAX_FILTER_BYTES - len(cbor2.dumps(attributes))
+    attributes[names[0]] = "v" * (room - 2)  # a longer text head takes 2 bytes more
+    assert len(cbor2.dumps(attributes)) == MAX_FILTER_BYTES
+    return {"attributes": attributes, "match": "any"}
+
+
+async def test_list_tags_of_the_most_tags_with_the_widest_filters_fits_the_smallest_frame(
+        tmp_path: Path) -> None:
+    with Engine.open(tmp_path / "data") as engine:
+        engine.create_queue(WIDE_QUEUE)
+        for n in range(MAX_TAGS - 2):
+            engine.create_tag(WIDE_QUEUE, f"t{n:03d}".ljust(64, "t"), filter=widest_filter())
+        async with running_server(tmp_path, engine=engine, max_frame=MIN_MAX_FRAME) as server:
+            async with AsyncClient.connect("127.0.0.1", server.port) as client:
+                await client.create_tag(WIDE_QUEUE, "last".ljust(64, "t"), filter=widest_filter())
+                tags = await client.list_tags(WIDE_QUEUE)
+                info = await client.get_queue(WIDE_QUEUE)
+    assert len(tags) == MAX_TAGS == len(info.stats["tags"])
