@@ -15,6 +15,7 @@ from lamina.engine.grants import MAX_GRANTS
 from lamina.engine.tagging import MAX_TAGS
 from lamina.engine.topics import MAX_FILTER_BYTES
 from tests.support.servers import running_server
+from tests.support.sqs import sqs_client, sqs_server
 
 MIN_MAX_FRAME = 2 * 1024 * 1024
 WIDE_KEY = "\U0001F600" * 124  # 128 characters of four UTF-8 bytes each, with a 4-digit index
@@ -57,3 +58,23 @@ async def test_list_tags_of_the_most_tags_with_the_widest_filters_fits_the_small
                 tags = await client.list_tags(WIDE_QUEUE)
                 info = await client.get_queue(WIDE_QUEUE)
     assert len(tags) == MAX_TAGS == len(info.stats["tags"])
+
+
+def test_sqs_list_dead_letter_source_queues_without_max_results_answers_at_most_1000(
+        tmp_path: Path) -> None:
+    # SQS: "If you do not set MaxResults, the response includes a maximum of 1,000 results."
+    with Engine.open(tmp_path / "data") as engine:
+        engine.create_queue("dead")
+        for n in range(1001):
+            engine.create_queue(f"src{n:04d}", {"redrive": {"dlq": "dead", "max_receives": 1}})
+        with sqs_server(tmp_path / "data", engine=engine) as running:
+            sqs = sqs_client(running.server.sqs_port)
+            dlq = sqs.get_queue_url(QueueName="dead")["QueueUrl"]
+            unpaged = sqs.list_dead_letter_source_queues(QueueUrl=dlq)
+            first = sqs.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=1000)
+            rest = sqs.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=1000,
+                                                      NextToken=first["NextToken"])
+    assert len(unpaged["queueUrls"]) == 1000 and "NextToken" not in unpaged
+    assert unpaged["queueUrls"] == first["queueUrls"]
+    assert [url.rsplit("/", 1)[1] for url in rest["queueUrls"]] == ["src1000"]
+    assert "NextToken" not in rest
