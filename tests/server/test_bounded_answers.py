@@ -10,11 +10,11 @@ import pytest
 
 from lamina.client import AsyncClient
 from lamina.engine import Engine
-from lamina.engine.errors import InvalidArgument
+from lamina.engine.errors import MAX_ERROR_MESSAGE_BYTES, InvalidArgument
 from lamina.engine.grants import MAX_GRANTS
 from lamina.engine.tagging import MAX_TAGS
 from lamina.engine.topics import MAX_FILTER_BYTES
-from tests.support.servers import running_server
+from tests.support.servers import RawConnection, running_server
 from tests.support.sqs import sqs_client, sqs_server
 
 MIN_MAX_FRAME = 2 * 1024 * 1024
@@ -78,3 +78,28 @@ def test_sqs_list_dead_letter_source_queues_without_max_results_answers_at_most_
     assert unpaged["queueUrls"] == first["queueUrls"]
     assert [url.rsplit("/", 1)[1] for url in rest["queueUrls"]] == ["src1000"]
     assert "NextToken" not in rest
+
+
+async def test_errors_echoing_long_input_fit_the_frame_and_still_name_the_field(
+        tmp_path: Path) -> None:
+    async with running_server(tmp_path, max_frame=MIN_MAX_FRAME) as server:
+        connection = await RawConnection.open(server.port)
+        assert (await connection.call("create_queue", {"queue": "q"})).error is None
+        # An unknown permission is shown in the message: as a repr, "\x00" takes four bytes.
+        answer = await connection.call("grant", {"queue": "q", "key": "k",
+                                                 "permissions": ["\x00" * (MIN_MAX_FRAME - 100)]})
+        assert answer.error["code"] == "InvalidArgument"
+        assert answer.error["message"].startswith("permissions: unknown permission")
+        assert answer.error["message"].endswith("one of send, receive, peek, manage, grant")
+        assert len(answer.error["message"].encode()) <= MAX_ERROR_MESSAGE_BYTES
+        # 1000 entries, each refused for an attribute name too long: every one is answered.
+        name = "n" * 2080
+        entries = [{1: b"x", 2: {name: 1}}] * 1000
+        assert len(cbor2.dumps(entries)) < MIN_MAX_FRAME - 100
+        answer = await connection.call("send", {"queue": "q", "messages": entries})
+        assert answer.error is None and len(answer.result["results"]) == 1000
+        last = answer.result["results"][-1]
+        assert last["code"] == "InvalidArgument"
+        assert last["message"].startswith("messages[999].attributes.nnn")
+        assert last["message"].endswith("names are 1-128 bytes")
+        assert not connection.closed
