@@ -3,10 +3,12 @@ run with (PROTOCOL.md §1: 2 MiB), because every count behind them is limited wh
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import cbor2
 import pytest
+from botocore.exceptions import ClientError
 
 from lamina.client import AsyncClient
 from lamina.engine import Engine
@@ -103,3 +105,19 @@ async def test_errors_echoing_long_input_fit_the_frame_and_still_name_the_field(
         assert last["message"].startswith("messages[999].attributes.nnn")
         assert last["message"].endswith("names are 1-128 bytes")
         assert not connection.closed
+
+
+def test_sqs_queue_holds_50_of_the_longest_tags_and_an_8192_byte_policy(tmp_path: Path) -> None:
+    # SQS: 50 tags, keys of 128 and values of 256 Unicode characters; a policy of 8,192 bytes.
+    tags = {f"{n:02d}" + "\U0001F600" * 126: "\U0001F600" * 256 for n in range(50)}
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [], "Id": ""})
+    policy = policy.replace('"Id": ""', '"Id": "' + "p" * (8192 - len(policy)) + '"')
+    with sqs_server(tmp_path / "data") as running:
+        sqs = sqs_client(running.server.sqs_port)
+        url = sqs.create_queue(QueueName="tagged", tags=tags,
+                               Attributes={"Policy": policy})["QueueUrl"]
+        assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == tags
+        with pytest.raises(ClientError) as caught:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": policy + " "})
+    assert caught.value.response["Error"]["Code"] == "InvalidAttributeValue"
+    assert "Policy" in caught.value.response["Error"]["Message"]
