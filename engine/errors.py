@@ -34,6 +34,21 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The most an error's message takes on the wire (UTF-8): a message may show what a client sent,
+#: and a batch of 1000 error entries must still fit the smallest max_frame (2 MiB).
+MAX_ERROR_MESSAGE_BYTES = 1024
+
+
+def bounded_message(message: str) -> str:
+    """``message``, or its beginning (which names the field) and its end (which says what is
+    wrong) around "..." when it is over :data:`MAX_ERROR_MESSAGE_BYTES`."""
+    data = message.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_ERROR_MESSAGE_BYTES:
+        return message
+    half = (MAX_ERROR_MESSAGE_BYTES - 3) // 2
+    return (data[:half].decode("utf-8", "ignore") + "..."
+            + data[-half:].decode("utf-8", "ignore"))
+
 
 class LaminaError(Exception):
     """Base of every Lamina error. ``code`` is the PROTOCOL.md §6 code."""
@@ -47,7 +62,7 @@ class LaminaError(Exception):
         self.details = details
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"code": self.code, "message": self.message}
+        wire: dict[str, Any] = {"code": self.code, "message": bounded_message(self.message)}
         if self.details is not None:
             wire["details"] = self.details
         return wire

@@ -39,7 +39,9 @@ __all__ = ["DEDUP_WINDOW_MS", "MAX_DEDUP_KEY_BYTES", "MAX_EXTRAS_BYTES", "Extras
 #: SQS FIFO's deduplication interval: five minutes.
 DEDUP_WINDOW_MS = 5 * 60 * 1000
 MAX_DEDUP_KEY_BYTES = 512
-MAX_EXTRAS_BYTES = 64 * 1024
+#: Room for what a gateway keeps: SQS's 50 tags (keys of 128 and values of 256 characters, up
+#: to four UTF-8 bytes each: 77 KB), an 8 KiB policy and the other attributes.
+MAX_EXTRAS_BYTES = 128 * 1024
 #: Deduplicated sends between sweeps of the windows of deleted queues out of memory.
 DEDUP_SWEEP_EVERY = 1024
 

@@ -31,6 +31,8 @@ import heapq
 from collections import OrderedDict
 from typing import Any, Iterator, Protocol
 
+import cbor2
+
 from . import keys
 from .deadlines import Deadlines
 from .errors import InvalidArgument
@@ -41,6 +43,9 @@ from .validation import check_attribute_value
 
 TOPIC_CACHE_SIZE = 65536
 MAX_FILTER_ATTRIBUTES = 16
+#: The most a filter's attributes map takes CBOR-encoded: ``list_tags`` answers every tag of a
+#: queue with its filter, and 256 tags with such filters fit the smallest max_frame (2 MiB).
+MAX_FILTER_BYTES = 4096
 
 
 def check_filter(value: object) -> dict[str, Any] | None:
@@ -61,6 +66,9 @@ def check_filter(value: object) -> dict[str, Any] | None:
             raise InvalidArgument("filter.attributes", "names are 1-128 bytes of text")
         if item is not None:
             check_attribute_value(item, f"filter.attributes.{name}")
+    if len(cbor2.dumps(attributes)) > MAX_FILTER_BYTES:
+        raise InvalidArgument("filter.attributes",
+                              f"must take at most {MAX_FILTER_BYTES} bytes CBOR-encoded")
     match = value.get("match", "all")
     if match not in ("all", "any"):
         raise InvalidArgument("filter.match", 'must be "all" or "any"')

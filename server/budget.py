@@ -44,6 +44,7 @@ MAX_ANSWERED_MESSAGE_BYTES = 1024 * 1024 + 1024
 #: Per op, the most a name-listing answer takes per listed item, and the items it may list.
 _LISTED_NAME_BYTES = 72        # a queue name is at most 64 bytes, plus CBOR heads
 _TAG_INFO_BYTES = 512          # one tag with its figures (list_tags, get_queue)
+_TAG_FILTER_BYTES = 4096 + 8   # its filter's attributes (list_tags), at most MAX_FILTER_BYTES
 _MAX_TAGS = 256
 _MAX_LIST_LIMIT = 1000
 #: An answer's envelope: ``[id, null, {...}]`` with its keys, at most.
@@ -77,7 +78,9 @@ def answer_bound_bytes(request: Request, max_frame: int) -> int:
     if op == "list_queues":
         return (_ANSWER_ENVELOPE_BYTES
                 + _count(args, "limit", _MAX_LIST_LIMIT, _MAX_LIST_LIMIT) * _LISTED_NAME_BYTES)
-    if op == "list_tags" or op == "get_queue":
+    if op == "list_tags":
+        return _ANSWER_ENVELOPE_BYTES + _MAX_TAGS * (_TAG_INFO_BYTES + _TAG_FILTER_BYTES)
+    if op == "get_queue":
         return _ANSWER_ENVELOPE_BYTES + _MAX_TAGS * _TAG_INFO_BYTES
     if op == "list_grants":
         return max_frame + 4  # a key may hold any number of grants

@@ -347,7 +347,7 @@ async def list_dead_letter_source_queues(ctx: Context, params: dict[str, Any]
 
     sources = [name for name in await ctx.bridge.job(run)
                if token is None or name.lower() > token.lower()]
-    page = sources[:limit] if limit is not None else sources
+    page = sources[:limit or 1000]  # without MaxResults SQS answers at most 1000
     result: dict[str, Any] = {"queueUrls": [ctx.url(sqs_name_of(name)) for name in page]}
     if limit is not None and len(sources) > limit:
         result["NextToken"] = page[-1]

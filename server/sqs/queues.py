@@ -42,6 +42,9 @@ SHARED_ATTRIBUTES: dict[str, tuple[str, int, int, int]] = {
 }
 FIFO_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope",
                    "FifoThroughputLimit")
+#: SQS's quota on a queue policy; the other kept text attributes (a KMS key id, a redrive
+#: allow policy of at most 10 queues) are held to the same.
+MAX_KEPT_VALUE_BYTES = 8192
 KEPT_ATTRIBUTES = ("Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds",
                    "SqsManagedSseEnabled", "RedriveAllowPolicy",
                    "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
@@ -153,6 +156,12 @@ def _bool_attribute(name: str, value: Any) -> bool:
     return str(value).lower() == "true"
 
 
+def _check_kept_size(name: str, value: str) -> None:
+    if len(value.encode()) > MAX_KEPT_VALUE_BYTES:
+        raise SqsError("InvalidAttributeValue", f"{name} takes at most "
+                       f"{MAX_KEPT_VALUE_BYTES} bytes.")
+
+
 def _json_attribute(name: str, value: Any) -> dict[str, Any]:
     try:
         parsed = json.loads(value) if isinstance(value, str) else None
@@ -254,6 +263,7 @@ def extras_of(attributes: dict[str, str], fifo: bool, old: dict[str, Any] | None
                                "perQueue or perMessageGroupId.")
             extras[name] = value
         elif name == "RedriveAllowPolicy":
+            _check_kept_size(name, value)
             if value:
                 policy = _json_attribute(name, value)
                 if policy.get("redrivePermission") not in ("allowAll", "denyAll", "byQueue"):
@@ -266,6 +276,7 @@ def extras_of(attributes: dict[str, str], fifo: bool, old: dict[str, Any] | None
                                "be an integer from 60 to 86400.")
             extras[name] = value
         elif name in ("Policy", "KmsMasterKeyId"):
+            _check_kept_size(name, value)
             extras[name] = value
         elif name == "VisibilityTimeout":  # 0: Lamina holds 1 s, answered as 0
             if int(value) == 0:

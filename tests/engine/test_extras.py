@@ -41,7 +41,7 @@ def test_extras_are_checked(engine: Engine) -> None:
     with pytest.raises(InvalidArgument, match="extras"):
         engine.set_queue_extras("q", {"bad": [1, 2]})
     with pytest.raises(InvalidArgument, match="bytes"):
-        engine.set_queue_extras("q", {"big": "x" * 70_000})
+        engine.set_queue_extras("q", {"big": "x" * 140_000})
     with pytest.raises(QueueNotFound):
         engine.set_queue_extras("nope", {})
     engine.grant("q", "reader", ["peek"])

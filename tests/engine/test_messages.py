@@ -85,6 +85,12 @@ def test_bad_entries_fail_alone_naming_the_field(engine, q, entry, field):
     assert bodies(engine.receive(q, max=10)) == [b"before", b"after"]
 
 
+def test_64_attributes_with_128_byte_names_are_accepted(engine, q):
+    attributes = {f"{i:02d}".ljust(128, "n"): i for i in range(64)}
+    assert not isinstance(engine.send(q, [{1: b"x", 2: attributes}])[0], InvalidArgument)
+    assert engine.receive(q)[0].message.attributes == attributes
+
+
 def test_delay_must_be_below_retention(engine):
     engine.create_queue("short", {"retention": 60})
     assert isinstance(engine.send("short", [{1: b"x", 5: 60}])[0], InvalidArgument)

@@ -269,6 +269,15 @@ def test_filter_with_16_attributes_is_accepted_17_refused(engine, q):
     assert [t.tag for t in engine.list_tags(q)] == ["default", "ok"]
 
 
+def test_filter_of_4096_encoded_bytes_is_accepted_4097_refused(engine, q):
+    # {"a": text of n bytes} encodes to 6 + n bytes once n >= 256
+    engine.create_tag(q, "ok", filter={"attributes": {"a": "v" * 4090}})
+    with pytest.raises(InvalidArgument, match="4096 bytes") as caught:
+        engine.create_tag(q, "bad", filter={"attributes": {"a": "v" * 4091}})
+    assert caught.value.field == "filter.attributes"
+    assert [t.tag for t in engine.list_tags(q)] == ["default", "ok"]
+
+
 @pytest.mark.parametrize("flt", [
     {"attributes": {}},
     {"attributes": {"a": 1}, "match": "some"},

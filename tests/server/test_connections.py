@@ -222,6 +222,7 @@ async def test_max_waiting_answers_the_next_receive_at_once(tmp_path: Path) -> N
         started = trio.current_time()
         third = await connection.call("receive", {"queue": "q", "wait": 10})
         assert third.result == {"messages": []} and trio.current_time() - started < 1
+        assert connection.events == []  # the first two still wait
 
 
 async def test_delete_queue_and_tag_end_their_waits(tmp_path: Path) -> None:
