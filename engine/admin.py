@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import cbor2
 
@@ -41,12 +41,19 @@ class AdminOps:
         self._tags = tags
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
-                     caller: str | None = None) -> QueueInfo:
-        """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
+                     caller: str | None = None,
+                     created: Callable[[int], object] | None = None) -> QueueInfo:
+        """Create a queue (and its ``default`` tag). Idempotent for an equal definition.
+        ``created(queue_id)`` runs when the queue is new, and what it writes goes in the
+        same batch as the queue."""
         with self._core._operation() as now:
             check_queue_name(queue)
             self._core._grants.check(caller, "manage", queue)
-            return self._create_queue(queue, attributes, caller, now)
+            new = queue.lower() not in self._core._queue_names
+            info = self._create_queue(queue, attributes, caller, now)
+            if created is not None and new:
+                created(self._core._queue_names[queue.lower()])
+            return info
 
     def _create_queue(self, queue: str, attributes: Mapping[str, Any] | None,
                       caller: str | None, now: int) -> QueueInfo:

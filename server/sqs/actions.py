@@ -136,15 +136,13 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                                "name and a different value for an attribute.")
             return
         _check_dead_letter_queue(engine, caller, ref, naming, lamina.get("redrive"))
-        try:
-            engine.create_queue(ref.lamina_name, lamina, caller=caller)
-        except (InvalidArgument, InvalidRedrivePolicy) as exc:
-            raise _attribute_error(exc) from None
         extras = dict(new_extras)
         if tags:
             extras["tags"] = tags
-        if extras:
-            engine.set_queue_extras(ref.lamina_name, extras, caller=caller)
+        try:  # the queue and its extras in one write: never a queue without them
+            engine.create_queue(ref.lamina_name, lamina, extras=extras or None, caller=caller)
+        except (InvalidArgument, InvalidRedrivePolicy) as exc:
+            raise _attribute_error(exc) from None
 
     await ctx.bridge.job(run)
     return {"QueueUrl": ctx.url(ref.sqs_name)}
