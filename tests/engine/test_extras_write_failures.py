@@ -5,27 +5,10 @@ got."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from lamina.engine import Engine, Unavailable, recovery
-
-DISK_FULL = "IO error: No space left on device: While appending to file: 000004.log"
-
-
-class FailingDB:
-    """Every write on this database instance fails, as RocksDB's do after a failed WAL
-    append, until the store is opened again."""
-
-    def __init__(self, db: Any):
-        self._db = db
-
-    def write(self, *args: Any) -> None:
-        raise Exception(DISK_FULL)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._db, name)
+from tests.engine.test_write_failures import FailingDB
 
 
 @pytest.fixture(autouse=True)
