@@ -190,8 +190,10 @@ class AdminOps:
             return QueueInfo(q.name, dict(q.attributes), q.created, self._stats(q, now))
 
     def set_queue_attributes(self, queue: str, attributes: Mapping[str, Any], *,
-                             caller: str | None = None) -> dict[str, Any]:
-        """Change the given attributes (all rules hold afterwards, else nothing changes)."""
+                             caller: str | None = None,
+                             changed: Callable[[int], object] | None = None) -> dict[str, Any]:
+        """Change the given attributes (all rules hold afterwards, else nothing changes).
+        ``changed(queue_id)`` runs once they are, and what it writes goes in their batch."""
         with self._core._operation() as now:
             self._core._grants.check(caller, "manage", queue)
             q = self._core._queue(queue)
@@ -210,6 +212,8 @@ class AdminOps:
             self._core._deadlines.schedule_expiry_check(q, 0)
             self._core._advance(q, now)
             self._core._settle(q, now)
+            if changed is not None:
+                changed(q.id)
             return dict(merged)
 
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:

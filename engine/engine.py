@@ -295,9 +295,14 @@ class Engine(EngineCore):
         return self._admin.get_queue(queue, caller=caller)
 
     def set_queue_attributes(self, queue: str, attributes: Mapping[str, Any], *,
+                             extras: Mapping[str, Any] | None = None,
                              caller: str | None = None) -> dict[str, Any]:
-        """Change the given attributes (all rules hold afterwards, else nothing changes)."""
-        return self._admin.set_queue_attributes(queue, attributes, caller=caller)
+        """Change the given attributes (all rules hold afterwards, else nothing changes);
+        ``extras``: the queue's new extras (``set_queue_extras``), in the same batch."""
+        if extras is None:
+            return self._admin.set_queue_attributes(queue, attributes, caller=caller)
+        return self._admin.set_queue_attributes(
+            queue, attributes, caller=caller, changed=self._extras_ops.extras_writer(extras))
 
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
         """Every message produced so far is gone for every tag; -> how many were retained."""

@@ -249,12 +249,13 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         extras = extras_of(attributes, ref.fifo, old, _now_s())
         if "redrive" in lamina:
             _check_dead_letter_queue(engine, caller, ref, naming, lamina["redrive"])
-        if lamina:
+        if lamina:  # with the extras in one write: all of it changes, or nothing
             try:
-                engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller)
+                engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller,
+                                            extras=extras if extras != old else None)
             except (InvalidArgument, InvalidRedrivePolicy) as exc:
                 raise _attribute_error(exc) from None
-        if extras != old:
+        elif extras != old:
             engine.set_queue_extras(ref.lamina_name, extras, caller=caller)
 
     await ctx.bridge.job(run)

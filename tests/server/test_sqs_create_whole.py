@@ -1,5 +1,6 @@
-"""CreateQueue writes the queue and its SQS attributes and tags together: a storage write that
-fails part-way (a full disk) leaves no queue without them, so the request can be retried
+"""CreateQueue and SetQueueAttributes write a queue's Lamina attributes and its SQS-only
+attributes and tags together: a storage write that fails part-way (a full disk) leaves no
+queue with half of them, and the request can be retried
 (DESIGN.md §3 "Everything one request changes goes in one WriteBatch across column families:
 atomic")."""
 
@@ -58,3 +59,25 @@ def test_a_create_queue_cut_short_by_a_full_disk_can_be_retried(tmp_path, monkey
         assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "a"}
         sent = sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g")
         assert sent["MessageId"]  # no deduplication id needed: content-based
+
+
+def test_set_queue_attributes_cut_short_by_a_full_disk_changes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(recovery, "REOPEN_INTERVAL_S", 0.0)
+    with sqs_server(tmp_path / "data") as running:
+        sqs = sqs_client(running.server.sqs_port)
+        url = sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})[
+            "QueueUrl"]
+
+        def fill_the_disk(engine: Any) -> None:
+            engine._store.db = FailingAfterFirstWrite(engine._store.db)
+
+        running.engine_job(fill_the_disk)
+        try:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={
+                "VisibilityTimeout": "99", "ContentBasedDeduplication": "true"})
+            changed = True
+        except ClientError:
+            changed = False  # not acknowledged: all of it, or none of it
+        got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert (got["VisibilityTimeout"], got["ContentBasedDeduplication"]) == (
+            ("99", "true") if changed else ("30", "false"))
