@@ -62,6 +62,10 @@ def _create_key(path: Path) -> bytes:
             os.link(scratch, path)  # never replaces a key another process just created
         except FileExistsError:
             return load_or_create_key(path)
+        except OSError:  # a file system without hard links
+            if path.exists():
+                return load_or_create_key(path)
+            os.rename(scratch, path)
     finally:
         scratch.unlink(missing_ok=True)
     directory = os.open(path.parent, os.O_RDONLY)

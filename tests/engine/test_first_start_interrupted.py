@@ -30,3 +30,17 @@ def test_a_key_file_whose_write_failed_does_not_keep_the_directory_from_opening(
         [delivery] = engine.receive("q")
     with Engine.open(path, clock=clock) as engine:  # the same key again: the receipt holds
         assert engine.delete("q", [delivery.receipt]) == [None]
+
+
+def test_a_file_system_without_hard_links_still_gets_its_key(tmp_path, monkeypatch, clock):
+    def no_links(source: object, target: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    with Engine.open(tmp_path / "data", clock=clock) as engine:
+        engine.create_queue("q")
+        engine.send("q", [b"m"])
+        [delivery] = engine.receive("q")
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["db", "receipt.key"]
+    with Engine.open(tmp_path / "data", clock=clock) as engine:
+        assert engine.delete("q", [delivery.receipt]) == [None]
