@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import cbor2
 
@@ -41,12 +41,19 @@ class AdminOps:
         self._tags = tags
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
-                     caller: str | None = None) -> QueueInfo:
-        """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
+                     caller: str | None = None,
+                     created: Callable[[int], object] | None = None) -> QueueInfo:
+        """Create a queue (and its ``default`` tag). Idempotent for an equal definition.
+        ``created(queue_id)`` runs when the queue is new, and what it writes goes in the
+        same batch as the queue."""
         with self._core._operation() as now:
             check_queue_name(queue)
             self._core._grants.check(caller, "manage", queue)
-            return self._create_queue(queue, attributes, caller, now)
+            new = queue.lower() not in self._core._queue_names
+            info = self._create_queue(queue, attributes, caller, now)
+            if created is not None and new:
+                created(self._core._queue_names[queue.lower()])
+            return info
 
     def _create_queue(self, queue: str, attributes: Mapping[str, Any] | None,
                       caller: str | None, now: int) -> QueueInfo:
@@ -185,8 +192,10 @@ class AdminOps:
             return QueueInfo(q.name, dict(q.attributes), q.created, self._stats(q, now))
 
     def set_queue_attributes(self, queue: str, attributes: Mapping[str, Any], *,
-                             caller: str | None = None) -> dict[str, Any]:
-        """Change the given attributes (all rules hold afterwards, else nothing changes)."""
+                             caller: str | None = None,
+                             changed: Callable[[int], object] | None = None) -> dict[str, Any]:
+        """Change the given attributes (all rules hold afterwards, else nothing changes).
+        ``changed(queue_id)`` runs once they are, and what it writes goes in their batch."""
         with self._core._operation() as now:
             self._core._grants.check(caller, "manage", queue)
             q = self._core._queue(queue)
@@ -205,6 +214,8 @@ class AdminOps:
             self._core._deadlines.schedule_expiry_check(q, 0)
             self._core._advance(q, now)
             self._core._settle(q, now)
+            if changed is not None:
+                changed(q.id)
             return dict(merged)
 
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:

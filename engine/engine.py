@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import os
 from pathlib import Path
-from typing import Any, Generator, Mapping, Sequence
+from typing import Any, Generator, Iterable, Mapping, Sequence
 
 from .admin import MAX_LIST_LIMIT, AdminOps
 from .clock import Clock
@@ -83,6 +83,10 @@ class Engine(EngineCore):
     def _load(self) -> None:
         super()._load()
         self._extras_ops.load()
+
+    def _reload(self, queue_ids: Iterable[int]) -> None:
+        super()._reload(queue_ids)
+        self._extras_ops.load(tidy=False)  # a failed write's extras and keys were in memory
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, clock: Clock | None = None,
@@ -262,9 +266,15 @@ class Engine(EngineCore):
     # -- admin.py -------------------------------------------------------------------------------
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None, *,
+                     extras: Mapping[str, Any] | None = None,
                      caller: str | None = None) -> QueueInfo:
-        """Create a queue (and its ``default`` tag). Idempotent for an equal definition."""
-        return self._admin.create_queue(queue, attributes, caller=caller)
+        """Create a queue (and its ``default`` tag). Idempotent for an equal definition.
+        ``extras``: a new queue's extras (``set_queue_extras``), written in one batch with
+        it, so a queue never exists without them; an existing queue's are left as they are."""
+        if extras is None:
+            return self._admin.create_queue(queue, attributes, caller=caller)
+        return self._admin.create_queue(queue, attributes, caller=caller,
+                                        created=self._extras_ops.extras_writer(extras))
 
     def copy_queue(self, queue: str, source: str, *, caller: str | None = None) -> QueueInfo:
         """A new queue with ``source``'s attributes (redrive included) and tags (filters kept,
@@ -285,9 +295,14 @@ class Engine(EngineCore):
         return self._admin.get_queue(queue, caller=caller)
 
     def set_queue_attributes(self, queue: str, attributes: Mapping[str, Any], *,
+                             extras: Mapping[str, Any] | None = None,
                              caller: str | None = None) -> dict[str, Any]:
-        """Change the given attributes (all rules hold afterwards, else nothing changes)."""
-        return self._admin.set_queue_attributes(queue, attributes, caller=caller)
+        """Change the given attributes (all rules hold afterwards, else nothing changes);
+        ``extras``: the queue's new extras (``set_queue_extras``), in the same batch."""
+        if extras is None:
+            return self._admin.set_queue_attributes(queue, attributes, caller=caller)
+        return self._admin.set_queue_attributes(
+            queue, attributes, caller=caller, changed=self._extras_ops.extras_writer(extras))
 
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
         """Every message produced so far is gone for every tag; -> how many were retained."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import cbor2
 
@@ -85,8 +85,10 @@ class ExtrasOps:
     _dedup: dict[int, OrderedDict[bytes, tuple[int, int, str]]]
     _dedup_sends: int
 
-    def load(self) -> None:
-        """Read the extras and deduplication windows (at open and after a reload)."""
+    def load(self, *, tidy: bool = True) -> None:
+        """Read the extras and deduplication windows (at open, and after a failed write,
+        whose changes to them memory had made ahead of it); ``tidy``: delete the rows of
+        deleted queues and expired keys as well."""
         self._extras = {}
         self._dedup = {}
         self._dedup_sends = 0
@@ -98,7 +100,7 @@ class ExtrasOps:
             queue_id = _QUEUE_ID.unpack_from(key, 1)[0]
             if queue_id in self._core._queues:
                 self._extras[queue_id] = cbor2.loads(value)
-            else:
+            elif tidy:
                 store.delete(store.meta_h, key)
                 stale = True
         for key, value in list(Store.items(meta, _DEDUP, _DEDUP + b"\xff")):
@@ -107,7 +109,7 @@ class ExtrasOps:
             if queue_id in self._core._queues and expires > now:
                 self._dedup.setdefault(queue_id, OrderedDict())[key[5:]] = (
                     expires, enqueued, value[_DEDUP_VALUE.size:].decode())
-            else:
+            elif tidy:
                 store.delete(store.meta_h, key)
                 stale = True
         for window in self._dedup.values():  # rows come in key order: restore expiry order
@@ -151,18 +153,27 @@ class ExtrasOps:
         with self._core._operation():
             self._core._grants.check(caller, "manage", queue)
             q = self._core._queue(queue)
-            checked = _check_extras(extras)
+            return self.extras_writer(extras)(q.id)
+
+    def extras_writer(self, extras: Mapping[str, Any]) -> Callable[[int], dict[str, Any]]:
+        """Check ``extras`` now; -> a function that makes them a queue's (by id), with its
+        writes in the batch of the operation that calls it."""
+        checked = _check_extras(extras)
+        encoded = cbor2.dumps(checked)
+        if checked and len(encoded) > MAX_EXTRAS_BYTES:
+            raise InvalidArgument("extras", f"at most {MAX_EXTRAS_BYTES} bytes encoded")
+
+        def write(queue_id: int) -> dict[str, Any]:
             store = self._core._store
             if not checked:
-                self._extras.pop(q.id, None)
-                store.delete(store.meta_h, _extras_key(q.id))
+                self._extras.pop(queue_id, None)
+                store.delete(store.meta_h, _extras_key(queue_id))
                 return {}
-            encoded = cbor2.dumps(checked)
-            if len(encoded) > MAX_EXTRAS_BYTES:
-                raise InvalidArgument("extras", f"at most {MAX_EXTRAS_BYTES} bytes encoded")
-            self._extras[q.id] = checked
-            store.put(store.meta_h, _extras_key(q.id), encoded)
+            self._extras[queue_id] = checked
+            store.put(store.meta_h, _extras_key(queue_id), encoded)
             return dict(checked)
+
+        return write
 
     # -- deduplicated sends ---------------------------------------------------------------------
 

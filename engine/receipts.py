@@ -32,20 +32,47 @@ KEY_BYTES = 32
 
 
 def load_or_create_key(path: Path) -> bytes:
-    """Read the receipt key at ``path``; create it (mode 0600) on first use."""
+    """Read the receipt key at ``path``; create it (mode 0600) on first use.
+
+    The key is written to a file of its own first and linked in under ``path`` only once it
+    is complete and synced, so a creation that fails (a full disk) or is killed half-way
+    leaves no short key file that would keep the directory from opening."""
     try:
         key = path.read_bytes()
     except FileNotFoundError:
-        key = os.urandom(KEY_BYTES)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        return _create_key(path)
+    if len(key) < 16:
+        raise ValueError(f"receipt key file {path} holds {len(key)} bytes; at least 16 needed")
+    return key
+
+
+def _create_key(path: Path) -> bytes:
+    key = os.urandom(KEY_BYTES)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.new")
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
         try:
-            os.write(fd, key)
+            written = os.write(fd, key)
+            if written != len(key):
+                raise OSError(f"receipt key file {path}: short write ({written} bytes)")
             os.fsync(fd)
         finally:
             os.close(fd)
-        return key
-    if len(key) < 16:
-        raise ValueError(f"receipt key file {path} holds {len(key)} bytes; at least 16 needed")
+        try:
+            os.link(scratch, path)  # never replaces a key another process just created
+        except FileExistsError:
+            return load_or_create_key(path)
+        except OSError:  # a file system without hard links
+            if path.exists():
+                return load_or_create_key(path)
+            os.rename(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the new name survives a power loss too
+    finally:
+        os.close(directory)
     return key
 
 

@@ -136,15 +136,13 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                                "name and a different value for an attribute.")
             return
         _check_dead_letter_queue(engine, caller, ref, naming, lamina.get("redrive"))
-        try:
-            engine.create_queue(ref.lamina_name, lamina, caller=caller)
-        except (InvalidArgument, InvalidRedrivePolicy) as exc:
-            raise _attribute_error(exc) from None
         extras = dict(new_extras)
         if tags:
             extras["tags"] = tags
-        if extras:
-            engine.set_queue_extras(ref.lamina_name, extras, caller=caller)
+        try:  # the queue and its extras in one write: never a queue without them
+            engine.create_queue(ref.lamina_name, lamina, extras=extras or None, caller=caller)
+        except (InvalidArgument, InvalidRedrivePolicy) as exc:
+            raise _attribute_error(exc) from None
 
     await ctx.bridge.job(run)
     return {"QueueUrl": ctx.url(ref.sqs_name)}
@@ -251,12 +249,13 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         extras = extras_of(attributes, ref.fifo, old, _now_s())
         if "redrive" in lamina:
             _check_dead_letter_queue(engine, caller, ref, naming, lamina["redrive"])
-        if lamina:
+        if lamina:  # with the extras in one write: all of it changes, or nothing
             try:
-                engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller)
+                engine.set_queue_attributes(ref.lamina_name, lamina, caller=caller,
+                                            extras=extras if extras != old else None)
             except (InvalidArgument, InvalidRedrivePolicy) as exc:
                 raise _attribute_error(exc) from None
-        if extras != old:
+        elif extras != old:
             engine.set_queue_extras(ref.lamina_name, extras, caller=caller)
 
     await ctx.bridge.job(run)
