@@ -27,10 +27,6 @@ from .store import Store
 from .validation import check_batch, check_name
 
 PERMISSIONS = ("send", "receive", "peek", "manage", "grant")
-#: The most (key, queue pattern) grants the server keeps: the widest ``list_grants`` answer
-#: (every grant, each with a 128-character key id and a 64-character pattern) fits the
-#: smallest ``max_frame`` (2 MiB) a server may run with.
-MAX_GRANTS = 3000
 _GLOB_CHARS = frozenset("*?[]")
 
 
@@ -112,16 +108,6 @@ class Grants:
     def may(self, caller: str | None, permission: str, queue: str) -> bool:
         return caller is None or permission in self.permissions(caller, queue)
 
-    def check_room(self, key_id: str, pattern: str) -> None:
-        """``InvalidArgument`` when giving ``key_id`` a grant on ``pattern`` would add one
-        past :data:`MAX_GRANTS` (adding permissions to an existing grant always fits)."""
-        grants = self._grants()
-        if pattern in grants.get(key_id, {}):
-            return
-        if sum(len(patterns) for patterns in grants.values()) >= MAX_GRANTS:
-            raise InvalidArgument("queue", f"the server keeps at most {MAX_GRANTS} grants "
-                                  "(key and queue pairs); revoke one first")
-
     def store_grant(self, key_id: str, pattern: str, permissions: Iterable[str]) -> None:
         store = self._context._store
         held = set(permissions)
@@ -156,7 +142,6 @@ class Grants:
                 raise AccessDenied(f"permissions: key {caller!r} may grant only "
                                    "permissions it holds, where it holds 'grant'",
                                    field="permissions")
-        self.check_room(key, pattern)
         current = self._grants().get(key, {}).get(pattern, set())
         self.store_grant(key, pattern, current | set(wanted))
 

@@ -29,7 +29,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from lamina.engine.errors import InvalidArgument, LaminaError
+from lamina.wire.answers import MapAnswer
+from lamina.wire.errors import AnswerTooLarge
 from lamina.wire.protocol import Request
+
+from .bugs import internal_error
 
 __all__ = ["BOUNDED_ANSWER_OPS", "DEFAULT_MAX_BUFFERED_BYTES", "MAX_ANSWERED_MESSAGE_BYTES",
            "SMALL_BYTES", "MemoryBudget", "answer_bound_bytes"]
@@ -85,6 +90,17 @@ def answer_bound_bytes(request: Request, max_frame: int) -> int:
     if op == "list_grants":
         return max_frame + 4  # a key may hold any number of grants
     return 0
+
+
+def unencodable(request_id: int, answer: object, exc: Exception) -> LaminaError:
+    """The error answering ``request_id`` when its ``answer`` could not be encoded (``exc``).
+    Only a ``list_grants`` answer may outgrow ``max_frame`` (PROTOCOL.md gives it no paging;
+    every other answer is bounded or trimmed): that asks for fewer grants. Anything else is a
+    bug."""
+    if isinstance(exc, AnswerTooLarge) and type(answer) is MapAnswer and "grants" in answer.result:
+        return InvalidArgument("queue", f"the grants to list do not fit one answer ({exc}): "
+                               "list the grants of one queue or of one key")
+    return internal_error(f"encoding the answer to request {request_id}", exc)
 
 
 class Waker(Protocol):

@@ -52,8 +52,8 @@ import trio
 
 from lamina.wire.protocol import RejectedRequest, Request, ServerConnection, UnknownRequestId
 
-from .budget import BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes
-from .bugs import internal_error
+from .budget import (BOUNDED_ANSWER_OPS, SMALL_BYTES, MemoryBudget, answer_bound_bytes,
+                     unencodable)
 from .dispatch import Answer
 from .groups import refused
 from .inplace import REQUEST_SLICE, answered_now, lone_answered_now
@@ -570,9 +570,8 @@ class Connection:
         except UnknownRequestId as exc:
             log.error("answer to an unknown request: %s", exc)
             return None
-        except Exception as exc:  # our misuse of the codec, or a result cbor2 cannot encode
-            return self.proto.respond_error(
-                request_id, internal_error(f"encoding the answer to request {request_id}", exc))
+        except Exception as exc:  # over max_frame, our misuse of the codec, or not encodable
+            return self.proto.respond_error(request_id, unencodable(request_id, answer, exc))
 
     def _died(self) -> None:
         self.outbox.dead = True

@@ -427,7 +427,8 @@ class ServerConnection:
         if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
             # Still outstanding: the caller can answer it with a smaller (error) response.
             raise AnswerTooLarge(f"response to request {request_id} is "
-                                 f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame")
+                                 f"{len(frame) - FRAME_HEADER_BYTES} bytes, over max_frame "
+                                 f"{self.max_frame_bytes}")
         self.outstanding_ids.discard(request_id)
         return frame
 

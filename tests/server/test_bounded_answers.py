@@ -13,7 +13,6 @@ from botocore.exceptions import ClientError
 from lamina.client import AsyncClient
 from lamina.engine import Engine
 from lamina.engine.errors import MAX_ERROR_MESSAGE_BYTES, InvalidArgument
-from lamina.engine.grants import MAX_GRANTS
 from lamina.engine.tagging import MAX_TAGS
 from lamina.engine.topics import MAX_FILTER_BYTES
 from tests.support.servers import RawConnection, running_server
@@ -24,18 +23,25 @@ WIDE_KEY = "\U0001F600" * 124  # 128 characters of four UTF-8 bytes each, with a
 WIDE_QUEUE = "q" * 64
 
 
-async def test_list_grants_of_the_most_grants_fits_the_smallest_frame(tmp_path: Path) -> None:
+async def test_grants_past_one_answer_are_listed_by_queue_or_key(tmp_path: Path) -> None:
+    """PROTOCOL.md gives list_grants no paging, and a server keeps any number of grants (each
+    queue a non-admin key creates adds one): a listing over max_frame is refused naming what
+    narrows it, where it was answered InternalError."""
     with Engine.open(tmp_path / "data") as engine:
-        for n in range(MAX_GRANTS - 1):
-            engine.grant(WIDE_QUEUE, f"{n:04d}{WIDE_KEY}", ["send", "receive", "peek", "manage"])
+        for n in range(3500):  # 3,500 of about 620 bytes listed: over 2 MiB
+            engine.grant(f"q{n:04d}{WIDE_QUEUE[5:]}", WIDE_KEY,
+                         ["send", "receive", "peek", "manage"])
+        engine.grant(WIDE_QUEUE, "other", ["peek"])
         async with running_server(tmp_path, engine=engine, max_frame=MIN_MAX_FRAME) as server:
             async with AsyncClient.connect("127.0.0.1", server.port) as client:
-                await client.grant(WIDE_QUEUE, f"last{WIDE_KEY}", ["send", "receive", "peek",
-                                                                    "manage", "grant"])
-                with pytest.raises(InvalidArgument, match=f"at most {MAX_GRANTS} grants"):
-                    await client.grant(WIDE_QUEUE, f"more{WIDE_KEY}", ["send"])
-                grants = await client.list_grants()
-    assert len(grants) == MAX_GRANTS
+                with pytest.raises(InvalidArgument, match="queue: the grants to list do not fit"
+                                   r".*over max_frame 2097152.*one queue or of one key"):
+                    await client.list_grants()
+                with pytest.raises(InvalidArgument, match="do not fit"):
+                    await client.list_grants(key=WIDE_KEY)
+                assert len(await client.list_grants(key="other")) == 1
+                assert len(await client.list_grants(queue=WIDE_QUEUE)) == 1
+                assert await client.ping()  # the connection serves on
 
 
 def widest_filter() -> dict[str, object]:
