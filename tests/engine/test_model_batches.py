@@ -194,6 +194,35 @@ class BatchesMachine(ReadersMachine):
         self.sync()
         self.check_counters()
 
+    @rule(index=queue_index, change=st.sampled_from([
+        {"visibility_timeout": 1}, {"visibility_timeout": 2}, {"visibility_timeout": 30},
+        {"delay": 0}, {"delay": 1}, {"max_messages": 1}, {"max_messages": 5},
+        {"max_messages": 100_000_000}, {"max_message_size": 1024},
+        {"max_message_size": 262144}, {"polling_wait": 3},
+        {"redrive": None}, {"redrive": {"dlq": "Beta", "max_receives": 1}},
+        {"redrive": {"dlq": "beta", "max_receives": 2}},
+        {"retention": 60}, {"retention": 120}, {"retention": 345600}]))
+    def set_attributes(self, index: int, change: dict[str, Any]) -> None:
+        """``set_queue_attributes`` mid-run (``rewind`` aside): what comes next follows the
+        new values — a lease that ends moves to the DLQ by the policy in force then, sends
+        by the new limits and default delay, expiry by the new retention (a shorter one
+        expires messages at once; a longer one brings nothing back)."""
+        self.sync()
+        q = self.queue(index)
+        if "redrive" in change and q.name != "alpha":
+            return  # Beta is alpha's DLQ (a DLQ cannot have a policy)
+        if change.get("redrive") is not None:
+            change = {"redrive": {**change["redrive"], "dlq": "Beta"}}  # as resolved
+        merged = {**q.attrs, **change}
+        if merged["rewind"] > merged.get("retention"):
+            return
+        assert self.engine.set_queue_attributes(q.name, change) == merged
+        if "retention" in change:
+            q.set_retention(change["retention"], self.now)
+        q.attrs = merged
+        event(f"set attributes: {next(iter(change))}")
+        self.after()
+
     @rule(offset=st.sampled_from([-1, 0, 1]))
     def to_midnight(self, offset: int) -> None:
         """Onto (or 1 ms around) the next day's start: the counters' day rolls over."""
