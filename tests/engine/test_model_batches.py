@@ -111,7 +111,9 @@ class BatchesMachine(ReadersMachine):
             expired = q.expired_seq(self.now)
             for m in q.messages[max(self.expired_seen.get(q.name, 0), q.purge):expired]:
                 for t in q.tags.values():
-                    if t.scope(m) and self.model.view(t, m).status not in (DELETED, DEAD):
+                    # (a message gone when the tag was created never existed for it)
+                    if (t.scope(m) and m.seq >= t.gone_at_creation
+                            and self.model.view(t, m).status not in (DELETED, DEAD)):
                         self.other_counted[(q.name, t.uid)]["expired"] += 1
             self.expired_seen[q.name] = max(self.expired_seen.get(q.name, 0), expired)
 
