@@ -184,8 +184,15 @@ class BatchesMachine(ReadersMachine):
         if really:
             return
         self.sync()
-        copy = tempfile.mkdtemp(prefix="lamina-crashed-")
-        shutil.copytree(self.path, copy, dirs_exist_ok=True)
+        for attempt in range(10):  # RocksDB may drop a file compacted meanwhile: again
+            copy = tempfile.mkdtemp(prefix="lamina-crashed-")
+            try:
+                shutil.copytree(self.path, copy, dirs_exist_ok=True)
+                break
+            except shutil.Error:
+                shutil.rmtree(copy, ignore_errors=True)
+                if attempt == 9:
+                    raise
         self.engine.close()  # the original directory is left behind as it is
         shutil.rmtree(self.path, ignore_errors=True)
         self.path = copy
