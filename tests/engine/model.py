@@ -294,6 +294,7 @@ class ModelQueue:
         self.gone_high = 0     # how far DESIGN.md lets it be at the last settle
         self.purge = 0
         self.last_id = ""
+        self.expired_floor = 0  # expired_seq when retention was last set (it never falls)
 
     @property
     def next_seq(self) -> int:
@@ -310,12 +311,18 @@ class ModelQueue:
         return [self.tags[k] for k in sorted(self.tags)]
 
     def expired_seq(self, now: int) -> int:
-        """Messages with ``enqueue_time < now - retention`` are Expired (a prefix of seqs)."""
+        """Messages with ``enqueue_time < now - retention`` are Expired (a prefix of seqs);
+        raising ``retention`` brings nothing back (``expired_floor``)."""
         horizon = now - self.retention_ms
         for m in self.messages:
             if m.enqueue >= horizon:
-                return m.seq
+                return max(m.seq, self.expired_floor)
         return self.next_seq
+
+    def set_retention(self, retention_s: int, now: int) -> None:
+        """``set_queue_attributes`` of ``retention``: what expired stays Expired."""
+        self.expired_floor = self.expired_seq(now)
+        self.attrs = {**self.attrs, "retention": retention_s}
 
     def first_seq_at(self, time: int) -> int:
         return next((m.seq for m in self.messages if m.enqueue >= time), self.next_seq)

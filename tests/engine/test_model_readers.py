@@ -306,16 +306,22 @@ class ReadersMachine(RuleBasedStateMachine):
         self.after()
 
     def do_receive(self, q: ModelQueue, name: str | None, t: ModelTag | None, count: int,
-                   visibility: float | None) -> list[Delivery]:
+                   visibility: float | None, max_bytes: int | None = None,
+                   options: list[list[ModelMessage]] | None = None) -> list[Delivery]:
+        """A receive checked against the model (``options``: the answers it allows, when
+        the caller narrowed the model's, e.g. to a byte budget)."""
         now = self.now
-        kwargs = {} if visibility is None else {"visibility_timeout": visibility}
+        kwargs: dict[str, Any] = {} if visibility is None else {"visibility_timeout": visibility}
+        if max_bytes is not None:
+            kwargs["max_bytes"] = max_bytes
         if t is None:
             with pytest.raises(TagNotFound):
                 self.engine.receive(q.name, tag=name, max=count, **kwargs)
             return []
         visibility_ms = (q.attrs["visibility_timeout"] * 1000 if visibility is None
                          else floor_ms(visibility))
-        options = self.model.orders(q, t, now, count)
+        if options is None:
+            options = self.model.orders(q, t, now, count)
         got = self.engine.receive(q.name, tag=name, max=count, **kwargs)
         ids = [d.id for d in got]
         chosen = next((o for o in options if [m.id for m in o] == ids), None)
