@@ -9,7 +9,9 @@ Rules of the outbox (connection.py rules 3 and 5, as they apply to answers):
 
 1. Frames go out in the order queued. The fast path writes to the socket's fd only while
    nothing is queued (the writer is idle), so nothing can be overtaken.
-2. ``unsent_bytes + reserved_bytes <= max_unsent_bytes`` (4 x max_frame, DESIGN §4): a request
+2. ``unsent_bytes + reserved_bytes <= max_unsent_bytes`` (4 x max_frame, DESIGN §4), and
+   ``queued_frames`` never passes the frame channel's capacity (the reader counts both before
+   each read: many small answers fill the channel long before the byte cap): a request
    whose answer may be large is handed to the applier only once :meth:`reserve` took the
    bound of its answer (always possible when this outbox holds nothing); the bound turns into
    the frame's real size when the answer is encoded (:meth:`release`, then queuing).
@@ -75,6 +77,8 @@ class Outbox:
         self._at_once = at_once
         #: The connection is torn down: frames are discarded.
         self.dead = False
+        #: Frames queued for the writer and not yet taken by it (at most ``capacity``).
+        self.queued_frames = 0
         self._frames_in, self._frames_out = trio.open_memory_channel[Frame](capacity)
 
     # -- rule 2: reservations ------------------------------------------------------------------
@@ -135,7 +139,7 @@ class Outbox:
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
         self.budget.give_back(self.unsent_bytes + self.reserved_bytes)
-        self.unsent_bytes = self.reserved_bytes = 0
+        self.unsent_bytes = self.reserved_bytes = self.queued_frames = 0
         self._reservations.clear()
 
     # -- queuing -------------------------------------------------------------------------------
@@ -200,6 +204,7 @@ class Outbox:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.dead = True
             return
+        self.queued_frames += 1
         self.unsent_bytes += len(frame)
         self.budget.take(len(frame))
 
@@ -219,6 +224,7 @@ class Outbox:
                         frame = await frames.receive()
                     except trio.EndOfChannel:
                         return
+                    self.queued_frames -= 1
                 else:
                     frame, carried = carried, None
                 size = len(frame)
@@ -229,6 +235,7 @@ class Outbox:
                             more = frames.receive_nowait()
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
+                        self.queued_frames -= 1
                         if size + len(more) > WRITE_COALESCE_BYTES:
                             carried = more
                             break
