@@ -25,6 +25,7 @@ from lamina.engine.errors import LaminaError
 
 from . import jsonproto, queryproto
 from .actions import ACTIONS
+from ..accept import accept_connections
 from ..busypoll import BusyPoll
 from ..config import ServerConfig
 from ..keyring import KeyRing
@@ -99,7 +100,7 @@ class SqsGateway:
                                    f"{self.scheme}://{host}:{self.port}")
         task_status.started(self.port)
         try:
-            await trio.serve_listeners(self._handle_stream, listeners, handler_nursery=pool)
+            await accept_connections(listeners, self._handle_stream, pool)
         finally:
             for listener in listeners:
                 await trio.aclose_forcefully(listener)

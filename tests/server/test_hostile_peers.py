@@ -3,13 +3,16 @@ connection rather than drop what it read, bounds what it holds, and frees what a
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 from pathlib import Path
 
 import cbor2
+import pytest
 import trio
 
+from tests.support.descriptors import out_of_descriptors
 from tests.support.servers import RawConnection, running_server
 
 
@@ -43,3 +46,23 @@ async def test_a_client_that_pipelines_many_small_requests_and_reads_late_gets_e
                     assert answer is not None, f"closed after {expected - 1} answers"
                     assert (answer.id, answer.error) == (expected, None)
         assert (await (await RawConnection.open(server.port)).call("ping")).error is None
+
+
+async def test_out_of_file_descriptors_the_sqs_endpoint_logs_a_json_line_now_and_then(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with running_server(tmp_path, sqs_port=0) as server:
+        clients = [trio.socket.socket() for _ in range(3)]
+        with out_of_descriptors():
+            for client in clients:
+                await client.connect(("127.0.0.1", server.sqs_port))
+            await trio.sleep(0.6)  # accept fails every 0.1 s meanwhile
+        for client in clients:  # then accepted: each is served
+            await client.send(b"GET /?Action=ListQueues HTTP/1.1\r\nHost: x\r\n\r\n")
+            with trio.fail_after(5):
+                assert (await client.recv(65536)).startswith(b"HTTP/1.1 200")
+            client.close()
+    failed = [r for r in caplog.records if getattr(r, "event", None) == "accept_failed"]
+    assert len(failed) == 1 and failed[0].errno == "EMFILE"  # type: ignore[attr-defined]
+    assert not failed[0].exc_info
+    assert not [r for r in caplog.records if r.name.startswith("trio")]
