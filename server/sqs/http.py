@@ -26,6 +26,7 @@ from lamina.engine.errors import LaminaError
 from . import jsonproto, queryproto
 from .actions import ACTIONS
 from ..accept import accept_connections
+from ..budget import SMALL_BYTES, MemoryBudget
 from ..busypoll import BusyPoll
 from ..config import ServerConfig
 from ..keyring import KeyRing
@@ -62,6 +63,8 @@ class Host(Protocol):
     busy_poll: BusyPoll
     #: Every open connection and bridge (counted against ``max_connections``).
     connections: set[Reader]
+    #: Memory of all connections' buffers, request bodies here included (budget.py).
+    budget: MemoryBudget
 
     @property
     def applier(self) -> Applier: ...
@@ -139,25 +142,31 @@ class SqsGateway:
     async def _serve_connection(self, trio_stream: trio.abc.Stream, bridge: Bridge) -> None:
         parser = RequestParser(MAX_HEADER_BYTES, MAX_BODY_BYTES)
         stream = _Wire(trio_stream, self.server.config.idle_timeout_s)
-        while not bridge.reading_done:
-            try:
-                request = await self._read_request(stream, parser, bridge)
-            except HttpError as exc:
-                error = (_too_large(exc.message, exc.status) if exc.status in (413, 431)
-                         else (exc.status, [("Content-Type", "text/plain")],
-                               exc.message.encode()))
-                await self._send(stream, error, close=True)
-                return
-            if request is None:
-                return
-            response = await self.respond(bridge, request)
-            close = bridge.reading_done or not request.keep_alive
-            await self._send(stream, response, close=close, head_only=request.method == "HEAD")
-            if close:
-                return
+        grant = _BodyGrant(self.server.budget)
+        try:
+            while not bridge.reading_done:
+                try:
+                    request = await self._read_request(stream, parser, bridge, grant)
+                except HttpError as exc:
+                    error = (_too_large(exc.message, exc.status) if exc.status in (413, 431)
+                             else (exc.status, [("Content-Type", "text/plain")],
+                                   exc.message.encode()))
+                    await self._send(stream, error, close=True)
+                    return
+                if request is None:
+                    return
+                response = await self.respond(bridge, request)
+                close = bridge.reading_done or not request.keep_alive
+                await self._send(stream, response, close=close,
+                                 head_only=request.method == "HEAD")
+                grant.release()  # the request's body is done with
+                if close:
+                    return
+        finally:
+            grant.close()
 
-    async def _read_request(self, stream: _Wire, parser: RequestParser, bridge: Bridge
-                            ) -> HttpRequest | None:
+    async def _read_request(self, stream: _Wire, parser: RequestParser, bridge: Bridge,
+                            grant: _BodyGrant) -> HttpRequest | None:
         """-> the next request; None when the connection is to close (the client closed it,
         or was idle or too slow to send a request, or the server is shutting down)."""
         request = parser.next_request()
@@ -174,6 +183,8 @@ class SqsGateway:
                 if idle:
                     bridge.idle_scope = timer
                 try:
+                    # budget.py rule 2: a large body's whole bound is granted before it is read
+                    await grant.hold(parser.body_bound_bytes)
                     data = await stream.receive()
                 finally:
                     bridge.idle_scope = None
@@ -248,6 +259,47 @@ class SqsGateway:
     def _secret_of(self, key_id: str) -> str | None:
         key = self.server.keys.get(key_id)
         return key.secret if key is not None else None
+
+
+class _BodyGrant:
+    """The memory budget's grant for the body of the request one HTTP connection is reading
+    (budget.py rules 2, 4, 5): a body over SMALL_BYTES holds its whole bound from when its
+    head is in until its answer is sent; until the budget has room, nothing more is read."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+        self.granted_bytes = 0
+        self._room: trio.Event | None = None
+
+    def wake(self) -> None:
+        if self._room is not None:
+            self._room.set()
+
+    async def hold(self, bound_bytes: int) -> None:
+        """Hold ``bound_bytes`` (nothing when small), waiting for room."""
+        if bound_bytes <= SMALL_BYTES or bound_bytes == self.granted_bytes:
+            return
+        self.release()
+        budget = self.budget
+        try:
+            while not budget.fits(bound_bytes):
+                self._room = trio.Event()
+                budget.wait_for_room(self)
+                await self._room.wait()
+        finally:
+            self._room = None
+            budget.forget(self)
+        budget.take(bound_bytes)
+        self.granted_bytes = bound_bytes
+
+    def release(self) -> None:
+        if self.granted_bytes:
+            self.budget.give_back(self.granted_bytes)
+            self.granted_bytes = 0
+
+    def close(self) -> None:
+        self.budget.forget(self)
+        self.release()
 
 
 class _Wire:

@@ -66,3 +66,37 @@ async def test_out_of_file_descriptors_the_sqs_endpoint_logs_a_json_line_now_and
     assert len(failed) == 1 and failed[0].errno == "EMFILE"  # type: ignore[attr-defined]
     assert not failed[0].exc_info
     assert not [r for r in caplog.records if r.name.startswith("trio")]
+
+
+def query_request(body_bytes: int) -> tuple[bytes, bytes]:
+    """The head and body of an SQS Query request whose body is ``body_bytes`` long."""
+    body = b"Action=ListQueues&Pad=" + b"a" * (body_bytes - 22)
+    head = (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    return head, body
+
+
+async def test_large_sqs_request_bodies_are_held_to_the_memory_budget(tmp_path: Path) -> None:
+    budget = 4 * 1024 * 1024
+    async with running_server(tmp_path, sqs_port=0, max_buffered=budget) as server:
+        first = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+        second = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+        head, body = query_request(3 * 1024 * 1024)
+        await first.send_all(head + body[:-1000])  # most of a large body, the rest later
+        await trio.sleep(0.3)
+        assert 3 * 1024 * 1024 <= server.budget.used_bytes <= budget  # counted, in full
+        other_head, other_body = query_request(2 * 1024 * 1024)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second.send_all, other_head + other_body)
+            with trio.move_on_after(0.5):  # no room for its body: it is not read meanwhile
+                await second.receive_some(100)
+                raise AssertionError("a body past the memory budget was read")
+            assert server.budget.used_bytes <= budget
+            await first.send_all(body[-1000:])
+            with trio.fail_after(5):
+                assert (await first.receive_some(100)).startswith(b"HTTP/1.1 ")
+                assert (await second.receive_some(100)).startswith(b"HTTP/1.1 ")
+        await first.aclose()
+        await second.aclose()
+        await trio.sleep(0.1)
+        assert server.budget.used_bytes == 0
