@@ -15,9 +15,10 @@ import itertools
 import logging
 import math
 import os
+import socket
 import uuid
 import ssl
-from typing import Any, Protocol
+from typing import Any, Awaitable, Protocol
 
 import trio
 
@@ -126,6 +127,7 @@ class SqsGateway:
                 with trio.fail_after(server.config.auth_timeout_s):
                     await wrapped.do_handshake()
             bridge = Bridge(server.applier, server.inbox_clone(), peer)
+            bridge.socket = stream.socket
             server.connections.add(bridge)
             await self._serve_connection(wrapped, bridge)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
@@ -240,7 +242,11 @@ class SqsGateway:
                                "for this endpoint.")
             host = headers.get("host")
             base_url = f"{self.scheme}://{host}" if host else self.state.naming.base_url
-            result = await run(Context(bridge, self.state, base_url), params)
+            context = Context(bridge, self.state, base_url)
+            if action == "ReceiveMessage" and params.get("WaitTimeSeconds") not in (0, "0"):
+                result = await _unless_hung_up(run(context, params), bridge)
+            else:
+                result = await run(context, params)
             response = (jsonproto.render_result(result) if is_json
                         else queryproto.render_result(action, result, request_id))
         except (SqsError, LaminaError) as exc:
@@ -259,6 +265,36 @@ class SqsGateway:
     def _secret_of(self, key_id: str) -> str | None:
         key = self.server.keys.get(key_id)
         return key.secret if key is not None else None
+
+
+async def _unless_hung_up(call: Awaitable[Any], bridge: Bridge) -> Any:
+    """Run ``call`` (a receive that may wait); if the client closes or resets the connection
+    meanwhile, its waits end now with nothing (as a binary connection's do at EOF), so no
+    message is leased to a client that is gone. Bytes that come instead (a pipelined
+    request) end the watch: they are read after the answer."""
+    sock = bridge.socket
+    if sock is None:
+        return await call
+    failure: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_end_waits_at_hang_up, sock, bridge)
+        try:
+            result = await call
+        except Exception as exc:  # raised as it is, not in a group
+            failure = exc
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
+
+
+async def _end_waits_at_hang_up(sock: trio.socket.SocketType, bridge: Bridge) -> None:
+    try:
+        hung_up = not await sock.recv(1, socket.MSG_PEEK)
+    except OSError:  # reset by the peer
+        hung_up = True
+    if hung_up:
+        bridge.stop_reading()  # its waits end with nothing; no further request is read
 
 
 class _BodyGrant:

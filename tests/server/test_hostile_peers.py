@@ -100,3 +100,34 @@ async def test_large_sqs_request_bodies_are_held_to_the_memory_budget(tmp_path: 
         await second.aclose()
         await trio.sleep(0.1)
         assert server.budget.used_bytes == 0
+
+
+async def sqs_call(stream: trio.SocketStream, target: bytes) -> bytes:
+    """One Query GET over a kept-alive connection; -> the answer's bytes as first read."""
+    await stream.send_all(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    with trio.fail_after(10):
+        return bytes(await stream.receive_some(65536))
+
+
+async def test_an_sqs_long_poll_whose_client_vanished_takes_no_message(tmp_path: Path) -> None:
+    async with running_server(tmp_path, sqs_port=0) as server:
+        live = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+        assert b" 200 " in await sqs_call(live, b"/?Action=CreateQueue&QueueName=w")
+        gone = []
+        for _ in range(5):
+            stream = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+            await stream.send_all(b"GET /000000000000/w?Action=ReceiveMessage&WaitTimeSeconds=20"
+                                  b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            gone.append(stream)
+        await trio.sleep(0.3)
+        assert len(server.waiting) == 5
+        for stream in gone:  # the clients vanish (a reset) while their polls wait
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+        await trio.sleep(0.3)
+        assert len(server.waiting) == 0
+        assert b" 200 " in await sqs_call(
+            live, b"/000000000000/w?Action=SendMessage&MessageBody=hello")
+        received = await sqs_call(
+            live, b"/000000000000/w?Action=ReceiveMessage&WaitTimeSeconds=2")
+        assert b"<Body>hello</Body>" in received  # not leased to a client that is gone
