@@ -23,8 +23,7 @@ Rules of a connection (each one lives in this file):
    refused ones too (groups.Refusal). Only requests before authentication and waiting
    receives that time out are answered here; none of them touches the engine.
 3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
-   unanswered, while more than ``4 x max_frame`` response bytes are unsent, while the answers
-   queued and to come would leave the frame channel no room for one more read's, (pre-auth) while a
+   unanswered, while its answers fill its outbox (outbox.py rule 2), (pre-auth) while a
    request is unanswered, and while the frame it is reading waits for the server's memory
    budget (budget.py rule 2). A request whose answer may be large is handed to the applier
    only once its bound fits this connection's ``4 x max_frame`` and the budget (budget.py
@@ -73,9 +72,6 @@ RECEIVE_CHUNK_BYTES = 64 * 1024
 #: The smallest request frame (``[1, "", {}]`` plus its prefix): a bound on how many requests
 #: one read can complete, for sizing the frame channel (rule 3).
 MIN_REQUEST_FRAME_BYTES = 8
-#: The most answer frames one read can add to the frame channel: a request per smallest
-#: frame, plus the greeting, a final ProtocolError frame and a partial frame carried over.
-FRAMES_PER_READ = RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16
 
 
 class Connection:
@@ -106,7 +102,8 @@ class Connection:
         self.outbox = Outbox(
             stream, peer, max_unsent_bytes=4 * limits.max_frame_bytes,
             idle_timeout_s=limits.idle_timeout_s, budget=budget, at_once=limits.answers_at_once,
-            capacity=limits.max_inflight + FRAMES_PER_READ,
+            max_inflight=limits.max_inflight,
+            read_frames=RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,  # + greeting, error
             on_failure=self._died, on_progress=self.wake)
         # Plain TCP only: a TLS stream must encrypt through SSLStream.
         self._socket_fd = self.outbox.socket_fd
@@ -208,13 +205,8 @@ class Connection:
     # -- reading ------------------------------------------------------------------------------
 
     def _may_read(self) -> bool:
-        outbox = self.outbox
-        outstanding = self.proto.outstanding_count
-        return (outstanding < self.limits.max_inflight
-                and outbox.unsent_bytes + outbox.reserved_bytes <= outbox.max_unsent_bytes
-                # the frame channel has room for every answer one more read can bring
-                and outbox.queued_frames + outstanding <= self.limits.max_inflight
-                and not self._input_wanted)
+        return (self.proto.outstanding_count < self.limits.max_inflight
+                and not self.outbox.full(self.proto.outstanding_count) and not self._input_wanted)
 
     async def _wait_until_may_read(self) -> None:
         """Rule 3: park while this connection is over its limits (shutdown wakes it too).

@@ -10,8 +10,8 @@ Rules of the outbox (connection.py rules 3 and 5, as they apply to answers):
 1. Frames go out in the order queued. The fast path writes to the socket's fd only while
    nothing is queued (the writer is idle), so nothing can be overtaken.
 2. ``unsent_bytes + reserved_bytes <= max_unsent_bytes`` (4 x max_frame, DESIGN §4), and
-   ``queued_frames`` never passes the frame channel's capacity (the reader counts both before
-   each read: many small answers fill the channel long before the byte cap): a request
+   ``queued_frames`` never passes the frame channel's capacity (the reader asks :meth:`full`
+   before each read: many small answers fill the channel long before the byte cap): a request
    whose answer may be large is handed to the applier only once :meth:`reserve` took the
    bound of its answer (always possible when this outbox holds nothing); the bound turns into
    the frame's real size when the answer is encoded (:meth:`release`, then queuing).
@@ -56,8 +56,11 @@ class Outbox:
     the reader that bytes went out or a reservation ended (it may be waiting for room)."""
 
     def __init__(self, stream: trio.abc.Stream, peer: str, *, max_unsent_bytes: int,
-                 idle_timeout_s: float, capacity: int, budget: MemoryBudget, at_once: bool,
+                 idle_timeout_s: float, max_inflight: int, read_frames: int,
+                 budget: MemoryBudget, at_once: bool,
                  on_failure: Callable[[], None], on_progress: Callable[[], None]) -> None:
+        """``read_frames``: the most answers one read of the reader can bring (requests in
+        it); the frame channel holds ``max_inflight`` more."""
         self.stream = stream
         self.peer = peer
         self.max_unsent_bytes = max_unsent_bytes
@@ -79,9 +82,17 @@ class Outbox:
         self.dead = False
         #: Frames queued for the writer and not yet taken by it (at most ``capacity``).
         self.queued_frames = 0
-        self._frames_in, self._frames_out = trio.open_memory_channel[Frame](capacity)
+        self._read_frames = read_frames
+        self._capacity = max_inflight + read_frames
+        self._frames_in, self._frames_out = trio.open_memory_channel[Frame](self._capacity)
 
     # -- rule 2: reservations ------------------------------------------------------------------
+
+    def full(self, outstanding: int) -> bool:
+        """Rule 2, for the reader: no room for another read, whose requests' answers join the
+        ``outstanding`` ones to come: bytes held past the cap, or too few free frames."""
+        return (self.unsent_bytes + self.reserved_bytes > self.max_unsent_bytes
+                or self.queued_frames + outstanding + self._read_frames > self._capacity)
 
     def reserve(self, request_id: int, bound: int) -> bool:
         """Count ``bound`` bytes for the answer to ``request_id`` if they fit the cap (always
