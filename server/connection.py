@@ -23,7 +23,7 @@ Rules of a connection (each one lives in this file):
    refused ones too (groups.Refusal). Only requests before authentication and waiting
    receives that time out are answered here; none of them touches the engine.
 3. Backpressure, never dropping: the reader stops reading while ``max_inflight`` requests are
-   unanswered, while more than ``4 x max_frame`` response bytes are unsent, (pre-auth) while a
+   unanswered, while its answers fill its outbox (outbox.py rule 2), (pre-auth) while a
    request is unanswered, and while the frame it is reading waits for the server's memory
    budget (budget.py rule 2). A request whose answer may be large is handed to the applier
    only once its bound fits this connection's ``4 x max_frame`` and the budget (budget.py
@@ -102,7 +102,8 @@ class Connection:
         self.outbox = Outbox(
             stream, peer, max_unsent_bytes=4 * limits.max_frame_bytes,
             idle_timeout_s=limits.idle_timeout_s, budget=budget, at_once=limits.answers_at_once,
-            capacity=limits.max_inflight + RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,
+            max_inflight=limits.max_inflight,
+            read_frames=RECEIVE_CHUNK_BYTES // MIN_REQUEST_FRAME_BYTES + 16,  # + greeting, error
             on_failure=self._died, on_progress=self.wake)
         # Plain TCP only: a TLS stream must encrypt through SSLStream.
         self._socket_fd = self.outbox.socket_fd
@@ -204,10 +205,8 @@ class Connection:
     # -- reading ------------------------------------------------------------------------------
 
     def _may_read(self) -> bool:
-        outbox = self.outbox
         return (self.proto.outstanding_count < self.limits.max_inflight
-                and outbox.unsent_bytes + outbox.reserved_bytes <= outbox.max_unsent_bytes
-                and not self._input_wanted)
+                and not self.outbox.full(self.proto.outstanding_count) and not self._input_wanted)
 
     async def _wait_until_may_read(self) -> None:
         """Rule 3: park while this connection is over its limits (shutdown wakes it too).

@@ -9,7 +9,9 @@ Rules of the outbox (connection.py rules 3 and 5, as they apply to answers):
 
 1. Frames go out in the order queued. The fast path writes to the socket's fd only while
    nothing is queued (the writer is idle), so nothing can be overtaken.
-2. ``unsent_bytes + reserved_bytes <= max_unsent_bytes`` (4 x max_frame, DESIGN §4): a request
+2. ``unsent_bytes + reserved_bytes <= max_unsent_bytes`` (4 x max_frame, DESIGN §4), and
+   ``queued_frames`` never passes the frame channel's capacity (the reader asks :meth:`full`
+   before each read: many small answers fill the channel long before the byte cap): a request
    whose answer may be large is handed to the applier only once :meth:`reserve` took the
    bound of its answer (always possible when this outbox holds nothing); the bound turns into
    the frame's real size when the answer is encoded (:meth:`release`, then queuing).
@@ -54,8 +56,11 @@ class Outbox:
     the reader that bytes went out or a reservation ended (it may be waiting for room)."""
 
     def __init__(self, stream: trio.abc.Stream, peer: str, *, max_unsent_bytes: int,
-                 idle_timeout_s: float, capacity: int, budget: MemoryBudget, at_once: bool,
+                 idle_timeout_s: float, max_inflight: int, read_frames: int,
+                 budget: MemoryBudget, at_once: bool,
                  on_failure: Callable[[], None], on_progress: Callable[[], None]) -> None:
+        """``read_frames``: the most answers one read of the reader can bring (requests in
+        it); the frame channel holds ``max_inflight`` more."""
         self.stream = stream
         self.peer = peer
         self.max_unsent_bytes = max_unsent_bytes
@@ -75,9 +80,19 @@ class Outbox:
         self._at_once = at_once
         #: The connection is torn down: frames are discarded.
         self.dead = False
-        self._frames_in, self._frames_out = trio.open_memory_channel[Frame](capacity)
+        #: Frames queued for the writer and not yet taken by it (at most ``capacity``).
+        self.queued_frames = 0
+        self._read_frames = read_frames
+        self._capacity = max_inflight + read_frames
+        self._frames_in, self._frames_out = trio.open_memory_channel[Frame](self._capacity)
 
     # -- rule 2: reservations ------------------------------------------------------------------
+
+    def full(self, outstanding: int) -> bool:
+        """Rule 2, for the reader: no room for another read, whose requests' answers join the
+        ``outstanding`` ones to come: bytes held past the cap, or too few free frames."""
+        return (self.unsent_bytes + self.reserved_bytes > self.max_unsent_bytes
+                or self.queued_frames + outstanding + self._read_frames > self._capacity)
 
     def reserve(self, request_id: int, bound: int) -> bool:
         """Count ``bound`` bytes for the answer to ``request_id`` if they fit the cap (always
@@ -135,7 +150,7 @@ class Outbox:
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
         self.budget.give_back(self.unsent_bytes + self.reserved_bytes)
-        self.unsent_bytes = self.reserved_bytes = 0
+        self.unsent_bytes = self.reserved_bytes = self.queued_frames = 0
         self._reservations.clear()
 
     # -- queuing -------------------------------------------------------------------------------
@@ -200,6 +215,7 @@ class Outbox:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.dead = True
             return
+        self.queued_frames += 1
         self.unsent_bytes += len(frame)
         self.budget.take(len(frame))
 
@@ -219,6 +235,7 @@ class Outbox:
                         frame = await frames.receive()
                     except trio.EndOfChannel:
                         return
+                    self.queued_frames -= 1
                 else:
                     frame, carried = carried, None
                 size = len(frame)
@@ -229,6 +246,7 @@ class Outbox:
                             more = frames.receive_nowait()
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
+                        self.queued_frames -= 1
                         if size + len(more) > WRITE_COALESCE_BYTES:
                             carried = more
                             break

@@ -66,6 +66,9 @@ class Bridge:
         self._calls = 0  # calls in flight: the inbox stays open for them at shutdown
         #: Cancelled by ``stop_reading`` while the HTTP connection waits for a request.
         self.idle_scope: trio.CancelScope | None = None
+        #: The connection's TCP socket (under TLS too), watched for the client hanging up
+        #: while a receive may wait (http.py); None: not watched.
+        self.socket: trio.socket.SocketType | None = None
 
     def close(self) -> None:
         self.dead = True

@@ -15,9 +15,10 @@ import itertools
 import logging
 import math
 import os
+import socket
 import uuid
 import ssl
-from typing import Any, Protocol
+from typing import Any, Awaitable, Protocol
 
 import trio
 
@@ -25,6 +26,8 @@ from lamina.engine.errors import LaminaError
 
 from . import jsonproto, queryproto
 from .actions import ACTIONS
+from ..accept import accept_connections
+from ..budget import SMALL_BYTES, MemoryBudget
 from ..busypoll import BusyPoll
 from ..config import ServerConfig
 from ..keyring import KeyRing
@@ -61,6 +64,8 @@ class Host(Protocol):
     busy_poll: BusyPoll
     #: Every open connection and bridge (counted against ``max_connections``).
     connections: set[Reader]
+    #: Memory of all connections' buffers, request bodies here included (budget.py).
+    budget: MemoryBudget
 
     @property
     def applier(self) -> Applier: ...
@@ -99,7 +104,7 @@ class SqsGateway:
                                    f"{self.scheme}://{host}:{self.port}")
         task_status.started(self.port)
         try:
-            await trio.serve_listeners(self._handle_stream, listeners, handler_nursery=pool)
+            await accept_connections(listeners, self._handle_stream, pool)
         finally:
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
@@ -122,6 +127,7 @@ class SqsGateway:
                 with trio.fail_after(server.config.auth_timeout_s):
                     await wrapped.do_handshake()
             bridge = Bridge(server.applier, server.inbox_clone(), peer)
+            bridge.socket = stream.socket
             server.connections.add(bridge)
             await self._serve_connection(wrapped, bridge)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
@@ -138,25 +144,31 @@ class SqsGateway:
     async def _serve_connection(self, trio_stream: trio.abc.Stream, bridge: Bridge) -> None:
         parser = RequestParser(MAX_HEADER_BYTES, MAX_BODY_BYTES)
         stream = _Wire(trio_stream, self.server.config.idle_timeout_s)
-        while not bridge.reading_done:
-            try:
-                request = await self._read_request(stream, parser, bridge)
-            except HttpError as exc:
-                error = (_too_large(exc.message, exc.status) if exc.status in (413, 431)
-                         else (exc.status, [("Content-Type", "text/plain")],
-                               exc.message.encode()))
-                await self._send(stream, error, close=True)
-                return
-            if request is None:
-                return
-            response = await self.respond(bridge, request)
-            close = bridge.reading_done or not request.keep_alive
-            await self._send(stream, response, close=close, head_only=request.method == "HEAD")
-            if close:
-                return
+        grant = _BodyGrant(self.server.budget)
+        try:
+            while not bridge.reading_done:
+                try:
+                    request = await self._read_request(stream, parser, bridge, grant)
+                except HttpError as exc:
+                    error = (_too_large(exc.message, exc.status) if exc.status in (413, 431)
+                             else (exc.status, [("Content-Type", "text/plain")],
+                                   exc.message.encode()))
+                    await self._send(stream, error, close=True)
+                    return
+                if request is None:
+                    return
+                response = await self.respond(bridge, request)
+                close = bridge.reading_done or not request.keep_alive
+                await self._send(stream, response, close=close,
+                                 head_only=request.method == "HEAD")
+                grant.release()  # the request's body is done with
+                if close:
+                    return
+        finally:
+            grant.close()
 
-    async def _read_request(self, stream: _Wire, parser: RequestParser, bridge: Bridge
-                            ) -> HttpRequest | None:
+    async def _read_request(self, stream: _Wire, parser: RequestParser, bridge: Bridge,
+                            grant: _BodyGrant) -> HttpRequest | None:
         """-> the next request; None when the connection is to close (the client closed it,
         or was idle or too slow to send a request, or the server is shutting down)."""
         request = parser.next_request()
@@ -173,6 +185,8 @@ class SqsGateway:
                 if idle:
                     bridge.idle_scope = timer
                 try:
+                    # budget.py rule 2: a large body's whole bound is granted before it is read
+                    await grant.hold(parser.body_bound_bytes)
                     data = await stream.receive()
                 finally:
                     bridge.idle_scope = None
@@ -228,7 +242,11 @@ class SqsGateway:
                                "for this endpoint.")
             host = headers.get("host")
             base_url = f"{self.scheme}://{host}" if host else self.state.naming.base_url
-            result = await run(Context(bridge, self.state, base_url), params)
+            context = Context(bridge, self.state, base_url)
+            if action == "ReceiveMessage" and params.get("WaitTimeSeconds") not in (0, "0"):
+                result = await _unless_hung_up(run(context, params), bridge)
+            else:
+                result = await run(context, params)
             response = (jsonproto.render_result(result) if is_json
                         else queryproto.render_result(action, result, request_id))
         except (SqsError, LaminaError) as exc:
@@ -247,6 +265,77 @@ class SqsGateway:
     def _secret_of(self, key_id: str) -> str | None:
         key = self.server.keys.get(key_id)
         return key.secret if key is not None else None
+
+
+async def _unless_hung_up(call: Awaitable[Any], bridge: Bridge) -> Any:
+    """Run ``call`` (a receive that may wait); if the client closes or resets the connection
+    meanwhile, its waits end now with nothing (as a binary connection's do at EOF), so no
+    message is leased to a client that is gone. Bytes that come instead (a pipelined
+    request) end the watch: they are read after the answer."""
+    sock = bridge.socket
+    if sock is None:
+        return await call
+    failure: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_end_waits_at_hang_up, sock, bridge)
+        try:
+            result = await call
+        except Exception as exc:  # raised as it is, not in a group
+            failure = exc
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
+
+
+async def _end_waits_at_hang_up(sock: trio.socket.SocketType, bridge: Bridge) -> None:
+    try:
+        hung_up = not await sock.recv(1, socket.MSG_PEEK)
+    except OSError:  # reset by the peer
+        hung_up = True
+    if hung_up:
+        bridge.stop_reading()  # its waits end with nothing; no further request is read
+
+
+class _BodyGrant:
+    """The memory budget's grant for the body of the request one HTTP connection is reading
+    (budget.py rules 2, 4, 5): a body over SMALL_BYTES holds its whole bound from when its
+    head is in until its answer is sent; until the budget has room, nothing more is read."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+        self.granted_bytes = 0
+        self._room: trio.Event | None = None
+
+    def wake(self) -> None:
+        if self._room is not None:
+            self._room.set()
+
+    async def hold(self, bound_bytes: int) -> None:
+        """Hold ``bound_bytes`` (nothing when small), waiting for room."""
+        if bound_bytes <= SMALL_BYTES or bound_bytes == self.granted_bytes:
+            return
+        self.release()
+        budget = self.budget
+        try:
+            while not budget.fits(bound_bytes):
+                self._room = trio.Event()
+                budget.wait_for_room(self)
+                await self._room.wait()
+        finally:
+            self._room = None
+            budget.forget(self)
+        budget.take(bound_bytes)
+        self.granted_bytes = bound_bytes
+
+    def release(self) -> None:
+        if self.granted_bytes:
+            self.budget.give_back(self.granted_bytes)
+            self.granted_bytes = 0
+
+    def close(self) -> None:
+        self.budget.forget(self)
+        self.release()
 
 
 class _Wire:

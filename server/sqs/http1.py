@@ -10,6 +10,8 @@ Rules:
 2. A request head (target and headers) is at most ``max_header_bytes`` (answer 431); a body
    is at most ``max_body_bytes`` by its ``Content-Length`` or, chunked, as it arrives (413).
    Bytes of an unfinished head are bounded too: llhttp holds a partial header line itself.
+   Once a head is in, :attr:`RequestParser.body_bound_bytes` says how much its body may hold
+   (for the server's memory budget).
 3. Anything llhttp refuses (a malformed line, an invalid method, a protocol upgrade) is 400.
    After any :class:`HttpError` the connection answers it and closes.
 4. ``Expect: 100-continue``: :attr:`RequestParser.continue_wanted` says when the client waits
@@ -119,6 +121,16 @@ class RequestParser:
         if self._refused is not None:
             raise self._refused
         return None
+
+    @property
+    def body_bound_bytes(self) -> int:
+        """The most the body of the request being read may hold, once its head is in: its
+        ``Content-Length``, or (chunked) ``max_body_bytes``; 0 before that and between
+        requests (rule 2)."""
+        if not (self.in_request and self._head_done):
+            return 0
+        length = self._headers.get("content-length", "")
+        return int(length) if length.isdigit() else self.max_body_bytes
 
     # -- rule 4 --------------------------------------------------------------------------------
 

@@ -5,10 +5,7 @@ says to close is closed at once."""
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
-import os
-import resource
 import socket
 import struct
 from pathlib import Path
@@ -21,6 +18,7 @@ from lamina.server.budget import DEFAULT_MAX_BUFFERED_BYTES
 from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.server.metrics import MAX_TRAFFIC_QUEUES, ServerMetrics
 from lamina.wire.protocol import MAX_REQUEST_ITEMS, Response, auth_signature
+from tests.support.descriptors import out_of_descriptors
 from tests.support.servers import ADMIN, BOB, KEYS, RawConnection, running_server
 
 MAX_FRAME = 2 * 1024 * 1024
@@ -215,26 +213,12 @@ async def test_a_frame_of_millions_of_tiny_items_is_refused_before_it_is_decoded
 async def test_out_of_file_descriptors_accept_logs_a_json_line_now_and_then(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     async with running_server(tmp_path) as server:
         clients = [trio.socket.socket() for _ in range(3)]
-        spare: list[int] = []
-        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
-        try:
-            while True:  # take every free descriptor below the limit
-                try:
-                    spare.append(os.dup(0))
-                except OSError as exc:
-                    assert exc.errno == errno.EMFILE
-                    break
+        with out_of_descriptors():
             for client in clients:
                 await client.connect(("127.0.0.1", server.port))
             await trio.sleep(0.6)  # accept fails every 0.1 s meanwhile
-        finally:
-            for fd in spare:
-                os.close(fd)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         for client in clients:  # then accepted: each gets its greeting
             with trio.fail_after(5):
                 assert await client.recv(65536)
