@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-__all__ = ["ACCEPT_LOG_INTERVAL_S", "ACCEPT_RETRY_S", "accept_connections"]
+__all__ = ["ACCEPT_LOG_INTERVAL_S", "ACCEPT_RETRY_S", "Refusals", "accept_connections"]
 
 log = logging.getLogger("lamina.server")
 
@@ -64,3 +64,21 @@ async def _accept_from(listener: trio.SocketListener,
                                                            "failures": failures})
             logged_at, failures = -math.inf, 0
         pool.start_soon(handler, stream)
+
+
+class Refusals:
+    """Connections closed unserved (the server at ``max_connections``, or stopping), on every
+    port: one log line (``event: refused``) at most every ACCEPT_LOG_INTERVAL_S, with how many
+    it stands for, so that a flood of connections does not flood the log."""
+
+    def __init__(self) -> None:
+        self._logged_at = -math.inf
+        self._unlogged = 0
+
+    def refuse(self, reason: str, peer: str) -> None:
+        self._unlogged += 1
+        now = trio.current_time()
+        if now - self._logged_at >= ACCEPT_LOG_INTERVAL_S:
+            log.warning("connection refused: %s", reason,
+                        extra={"event": "refused", "peer": peer, "refused": self._unlogged})
+            self._logged_at, self._unlogged = now, 0

@@ -85,7 +85,7 @@ import trio
 
 from lamina.engine import Engine, wall_clock_ms
 
-from .accept import accept_connections
+from .accept import Refusals, accept_connections
 from .applier import TICK, EngineJob, GroupApplier
 from .budget import MemoryBudget
 from .busypoll import BusyPoll
@@ -153,6 +153,8 @@ class Server:
         #: Memory of all connections' buffers (budget.py).
         self.budget = MemoryBudget(config.max_buffered)
         self.connections: set[Reader] = set()  # connections and SQS bridges
+        #: Connections closed unserved, logged a line at most every 10 s (both ports).
+        self.refusals = Refusals()
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.sqs: Any = None  # the SQS gateway (sqs/http.py) when --sqs-port is given
@@ -318,8 +320,7 @@ class Server:
         except OSError:
             peer = "?"
         if self.stopping or len(self.connections) >= self.config.max_connections:
-            log.warning("connection refused: %s", "shutting down" if self.stopping
-                        else "at max_connections", extra={"event": "refused", "peer": peer})
+            self.refusals.refuse("shutting down" if self.stopping else "at max_connections", peer)
             await trio.aclose_forcefully(stream)
             return
         connection = None

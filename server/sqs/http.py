@@ -26,7 +26,7 @@ from lamina.engine.errors import LaminaError
 
 from . import jsonproto, queryproto
 from .actions import ACTIONS
-from ..accept import accept_connections
+from ..accept import Refusals, accept_connections
 from ..budget import SMALL_BYTES, MemoryBudget
 from ..busypoll import BusyPoll
 from ..config import ServerConfig
@@ -66,6 +66,8 @@ class Host(Protocol):
     connections: set[Reader]
     #: Memory of all connections' buffers, request bodies here included (budget.py).
     budget: MemoryBudget
+    #: Connections closed unserved, logged now and then (accept.py).
+    refusals: Refusals
 
     @property
     def applier(self) -> Applier: ...
@@ -116,6 +118,8 @@ class SqsGateway:
         except OSError:
             peer = "?"
         if server.stopping or len(server.connections) >= server.config.max_connections:
+            server.refusals.refuse("shutting down" if server.stopping else "at max_connections",
+                                   peer)
             await trio.aclose_forcefully(stream)
             return
         wrapped: trio.abc.Stream = stream

@@ -11,7 +11,9 @@ from pathlib import Path
 import cbor2
 import pytest
 import trio
+import trio.testing
 
+from lamina.server.accept import ACCEPT_LOG_INTERVAL_S, Refusals
 from tests.support.descriptors import out_of_descriptors
 from tests.support.servers import RawConnection, running_server
 
@@ -131,3 +133,36 @@ async def test_an_sqs_long_poll_whose_client_vanished_takes_no_message(tmp_path:
         received = await sqs_call(
             live, b"/000000000000/w?Action=ReceiveMessage&WaitTimeSeconds=2")
         assert b"<Body>hello</Body>" in received  # not leased to a client that is gone
+
+
+async def test_a_flood_past_max_connections_logs_a_line_not_a_line_each(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Each refused connection logged its own WARNING (2,001 lines in a flood of 3,000), and
+    # the SQS port's refusals none at all.
+    caplog.set_level(logging.INFO)
+    async with running_server(tmp_path, sqs_port=0, max_connections=2) as server:
+        keep = [await RawConnection.open(server.port) for _ in range(2)]
+        for port in [server.port] * 20 + [server.sqs_port] * 20:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            with trio.fail_after(2):
+                assert await stream.receive_some(100) == b""  # closed without a word
+            await stream.aclose()
+        assert (await keep[0].call("ping")).error is None
+    refused = [r for r in caplog.records if getattr(r, "event", None) == "refused"]
+    assert len(refused) == 1 and refused[0].refused == 1  # the first; the rest within 10 s
+
+
+def test_refusals_are_logged_at_most_every_interval_with_how_many_each_line_stands_for(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+
+    async def flood() -> None:
+        refusals = Refusals()
+        for _ in range(5):  # one line now, four held back
+            refusals.refuse("at max_connections", "127.0.0.1:1")
+        await trio.sleep(ACCEPT_LOG_INTERVAL_S)
+        refusals.refuse("at max_connections", "127.0.0.1:2")  # the four, and this one
+
+    trio.run(flood, clock=trio.testing.MockClock(autojump_threshold=0))
+    lines = [(r.refused, r.peer) for r in caplog.records if getattr(r, "event", None) == "refused"]
+    assert lines == [(1, "127.0.0.1:1"), (5, "127.0.0.1:2")]
