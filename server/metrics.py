@@ -10,8 +10,8 @@ prometheus-client's own thread and only reads.
 
     lamina_requests_total{op, outcome}         answered requests; outcome "ok" or the error code
     lamina_request_seconds{op}                 read -> answer queued (a waiting receive included)
-    lamina_connections                         open connections
-    lamina_connections_accepted_total
+    lamina_connections                         open connections (the SQS gateway's too)
+    lamina_connections_accepted_total          connections accepted (the SQS gateway's too)
     lamina_group_commit_requests               requests per group commit (histogram)
     lamina_group_commit_seconds                apply + WAL sync of one group (histogram)
     lamina_wal_syncs_total                     WAL syncs (--fsync: one for the groups applied

@@ -31,6 +31,7 @@ from ..budget import SMALL_BYTES, MemoryBudget
 from ..busypoll import BusyPoll
 from ..config import ServerConfig
 from ..keyring import KeyRing
+from ..metrics import ServerMetrics
 from ..ports import Applier, Reader
 from .bridge import Bridge
 from .context import Context, GatewayState
@@ -68,6 +69,8 @@ class Host(Protocol):
     budget: MemoryBudget
     #: Connections closed unserved, logged now and then (accept.py).
     refusals: Refusals
+    #: /metrics: the gateway's connections count in lamina_connections_accepted_total.
+    metrics: ServerMetrics
 
     @property
     def applier(self) -> Applier: ...
@@ -133,6 +136,7 @@ class SqsGateway:
             bridge = Bridge(server.applier, server.inbox_clone(), peer)
             bridge.socket = stream.socket
             server.connections.add(bridge)
+            server.metrics.accepted.inc()
             await self._serve_connection(wrapped, bridge)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass

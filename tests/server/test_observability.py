@@ -161,3 +161,30 @@ async def test_lone_requests_that_succeed_or_fail_are_counted_exactly_when_scrap
     seconds = sum(delta(f'lamina_request_seconds_sum{{op="{op}"}}')
                   for op in ("ping", "send", "get_queue"))
     assert abs(delta("lamina_group_commit_seconds_sum") - seconds) < 1e-6
+
+
+async def scrape_when(port: int, prefix: str, value: float) -> str:
+    """The /metrics text once ``prefix`` reads ``value`` (a connection ends asynchronously)."""
+    with trio.move_on_after(5):
+        while True:
+            text = await trio.to_thread.run_sync(scrape, port)
+            if sample(text, prefix) == value:
+                return text
+            await trio.sleep(0.02)
+    return await trio.to_thread.run_sync(scrape, port)
+
+
+async def test_sqs_gateway_connections_count_in_the_connection_metrics_as_in_server_info(
+        tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, sqs_port=0,
+                              metrics_interval_s=3600) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            sqs = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+            text = await scrape_when(server.metrics_port, "lamina_connections ", 2)
+            info = await client.server_info()
+            assert sample(text, "lamina_connections ") == info.connections == 2
+            assert sample(text, "lamina_connections_accepted_total") == 2
+            await sqs.aclose()
+            text = await scrape_when(server.metrics_port, "lamina_connections ", 1)
+            assert sample(text, "lamina_connections ") == 1
+            assert (await client.server_info()).connections == 1
