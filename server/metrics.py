@@ -1,4 +1,5 @@
-"""Prometheus metrics of one server (DESIGN.md §4), served on ``--metrics-port`` at /metrics.
+"""Prometheus metrics of one server (DESIGN.md §4), served on ``--metrics-port`` at /metrics;
+docs/OPERATIONS.md tells operators what each means.
 
 Each server has its own registry (several servers may share a process in tests). The
 per-request and per-group figures are plain Python counters (:class:`_Histogram`), updated on

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import urllib.request
 from pathlib import Path
 
@@ -188,3 +189,34 @@ async def test_sqs_gateway_connections_count_in_the_connection_metrics_as_in_ser
             text = await scrape_when(server.metrics_port, "lamina_connections ", 1)
             assert sample(text, "lamina_connections ") == 1
             assert (await client.server_info()).connections == 1
+
+
+OPERATIONS = Path(__file__).parents[2] / "docs" / "OPERATIONS.md"
+
+
+async def test_the_operations_guide_names_every_metric_the_server_exposes(tmp_path: Path
+                                                                          ) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=0.05) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("q")
+            await client.send("q", [b"m"])
+            await client.receive("q")
+        await trio.sleep(0.2)  # a refresh of the refreshed figures
+        text = await trio.to_thread.run_sync(scrape, server.metrics_port)
+    names = {line.split()[2].removesuffix("_created") for line in text.splitlines()
+             if line.startswith("# TYPE ")}  # a counter's _created: in the guide's last words
+    guide = OPERATIONS.read_text()
+    assert len(names) >= 12
+    missing = {name for name in names if f"`{name}`" not in guide
+               and f"`{name}_total`" not in guide}
+    assert not missing
+
+
+def test_the_operations_guide_names_every_log_event_the_server_writes() -> None:
+    root = Path(__file__).parents[2]
+    sources = [*(root / "server").rglob("*.py"), *(root / "engine").rglob("*.py")]
+    events = {match for source in sources
+              for match in re.findall(r'"event": "(\w+)"', source.read_text())}
+    guide = OPERATIONS.read_text()
+    assert {"start", "stop", "refused", "write_failed", "clock_behind"} <= events
+    assert not {event for event in events if f"| `{event}` |" not in guide}
