@@ -10,6 +10,8 @@ the applier (the engine is not thread-safe), never by the scrape, which runs in
 prometheus-client's own thread and only reads.
 
     lamina_requests_total{op, outcome}         answered requests; outcome "ok" or the error code
+    lamina_sqs_requests_total{action, outcome} SQS gateway requests answered; outcome "ok"
+                                               or the SQS error code
     lamina_request_seconds{op}                 read -> answer queued (a waiting receive included)
     lamina_connections                         open connections (the SQS gateway's too)
     lamina_connections_accepted_total          connections accepted (the SQS gateway's too)
@@ -115,6 +117,12 @@ class _HotCollector:
         for (op, outcome), count in metrics.request_counts.items():
             requests.add_metric([op, outcome], count)
         yield requests
+        sqs = CounterMetricFamily("lamina_sqs_requests",
+                                  "SQS gateway requests answered, by action and outcome",
+                                  labels=["action", "outcome"])
+        for (action, outcome), count in list(metrics.sqs_counts.items()):
+            sqs.add_metric([action, outcome], count)
+        yield sqs
         failures = CounterMetricFamily("lamina_storage_failures",
                                        "Operations the store failed, each answered Unavailable",
                                        labels=["kind"])
@@ -163,6 +171,8 @@ class ServerMetrics:
         #: Requests answered "ok" as a group of their own (``observe_lone``), by op: their
         #: latency, whose counts are also their number, their groups' sizes and times.
         self.lone_latency: dict[str, _Histogram] = {}
+        #: SQS gateway requests answered by (action, outcome): "ok" or the SQS error code.
+        self.sqs_counts: dict[tuple[str, str], int] = {}
         self.group_requests = _Histogram(_GROUP_BUCKETS)
         #: Groups of one failed request (``observe_alone``), not yet in ``group_requests``.
         self.lone_groups = 0
@@ -250,6 +260,12 @@ class ServerMetrics:
         key = (op, outcome)
         self._counts[key] = self._counts.get(key, 0) + 1
         return self.latency.get(op) or self.latency.setdefault(op, _Histogram(_LATENCY_BUCKETS))
+
+    def observe_sqs(self, action: str, outcome: str) -> None:
+        """One answered SQS gateway request (``action`` one the gateway knows, or
+        "unknown": a peer must not be able to create series at will)."""
+        key = (action, outcome)
+        self.sqs_counts[key] = self.sqs_counts.get(key, 0) + 1
 
     def count_traffic(self, queue: str) -> None:
         """One request on ``queue`` (an existing queue the caller may use)."""

@@ -69,7 +69,7 @@ class Host(Protocol):
     budget: MemoryBudget
     #: Connections closed unserved, logged now and then (accept.py).
     refusals: Refusals
-    #: /metrics: the gateway's connections count in lamina_connections_accepted_total.
+    #: /metrics: the gateway's connections and requests count there too.
     metrics: ServerMetrics
 
     @property
@@ -229,6 +229,7 @@ class SqsGateway:
         body = request.body
         is_json = "x-amz-target" in headers
         action = "?"
+        outcome = "ok"
         try:
             if method not in ("POST", "GET"):
                 raise SqsError("InvalidAction", f"HTTP {method[:10]} is not an SQS request "
@@ -259,14 +260,17 @@ class SqsGateway:
                         else queryproto.render_result(action, result, request_id))
         except (SqsError, LaminaError) as exc:
             error = exc if isinstance(exc, SqsError) else from_lamina(exc)
+            outcome = error.code
             response = (jsonproto.render_error(error) if is_json
                         else queryproto.render_error(error, request_id))
         except Exception as exc:  # a bug in this request alone
             log.exception("internal error in SQS %s", action,
                           extra={"event": "internal_error"})
             error = SqsError("InternalFailure", f"{action} failed: {type(exc).__name__}: {exc}")
+            outcome = error.code
             response = (jsonproto.render_error(error) if is_json
                         else queryproto.render_error(error, request_id))
+        self.server.metrics.observe_sqs(action if action in ACTIONS else "unknown", outcome)
         status, response_headers, response_body = response
         return status, [*response_headers, ("x-amzn-RequestId", request_id)], response_body
 

@@ -9,11 +9,14 @@ import re
 import urllib.request
 from pathlib import Path
 
+import pytest
 import trio
+from botocore.exceptions import ClientError
 
 from lamina.client import AsyncClient
 from lamina.server.logs import JsonFormatter
 from tests.support.servers import running_server
+from tests.support.sqs import sqs_client
 
 
 def scrape(port: int) -> str:
@@ -220,3 +223,25 @@ def test_the_operations_guide_names_every_log_event_the_server_writes() -> None:
     guide = OPERATIONS.read_text()
     assert {"start", "stop", "refused", "write_failed", "clock_behind"} <= events
     assert not {event for event in events if f"| `{event}` |" not in guide}
+
+
+async def test_sqs_gateway_requests_are_counted_by_action_and_outcome(tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, sqs_port=0,
+                              metrics_interval_s=3600) as server:
+        sqs = sqs_client(server.sqs_port)
+
+        def requests() -> None:
+            url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+            sqs.get_queue_url(QueueName="orders")
+            sqs.send_message(QueueUrl=url, MessageBody="hello")
+            for _ in range(2):
+                with pytest.raises(ClientError):
+                    sqs.get_queue_url(QueueName="missing")
+
+        await trio.to_thread.run_sync(requests)
+        text = await trio.to_thread.run_sync(scrape, server.metrics_port)
+    assert sample(text, 'lamina_sqs_requests_total{action="CreateQueue",outcome="ok"}') == 1
+    assert sample(text, 'lamina_sqs_requests_total{action="GetQueueUrl",outcome="ok"}') == 1
+    assert sample(text, 'lamina_sqs_requests_total{action="SendMessage",outcome="ok"}') == 1
+    assert sample(text, 'lamina_sqs_requests_total{action="GetQueueUrl",'
+                        'outcome="QueueDoesNotExist"}') == 2
