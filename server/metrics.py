@@ -24,6 +24,9 @@ prometheus-client's own thread and only reads.
     lamina_tag_messages{queue, tag, state}     active / inflight / delayed / parked, for the
                                                BUSIEST_QUEUES queues with the most recent
                                                requests
+    lamina_queue_stats_total{queue, counter}   today's (UTC) figures of ``stats``: sent,
+                                               received, deleted, dead, expired, bytes_in,
+                                               bytes_out, for the BUSIEST_QUEUES queues
     lamina_store_memory_bytes{kind}            the store's memory: write_buffers, block_cache,
                                                table_readers, and the bounds
                                                write_buffers_limit, block_cache_limit
@@ -62,6 +65,8 @@ _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _TAG_STATES = ("active", "inflight", "delayed", "parked")
+#: The daily counters of ``stats`` (DESIGN.md §8), today's of each busiest queue.
+STATS_COUNTERS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
 
 
 class _Histogram:
@@ -129,6 +134,12 @@ class _HotCollector:
         for kind, count in metrics.storage_failures.items():
             failures.add_metric([kind], count)
         yield failures
+        queue_stats = CounterMetricFamily(  # each starts again from zero at midnight UTC
+            "lamina_queue_stats", "Today's (UTC) stats counters of the busiest queues",
+            labels=["queue", "counter"])
+        for (queue, counter), count in metrics.queue_stats.items():
+            queue_stats.add_metric([queue, counter], count)
+        yield queue_stats
         latency = HistogramMetricFamily("lamina_request_seconds",
                                         "Time from reading a request to queuing its answer",
                                         labels=["op"])
@@ -198,6 +209,9 @@ class ServerMetrics:
         self.traffic: dict[str, int] = {}
         #: ``Engine.storage_failures`` as of the last refresh (read by the scrape's thread).
         self.storage_failures: dict[str, int] = {"write": 0, "read": 0}
+        #: Today's ``stats`` counters of the busiest queues, by (queue, counter), as of the
+        #: last refresh (replaced whole: the scrape's thread reads it).
+        self.queue_stats: dict[tuple[str, str], int] = {}
         self._http: tuple[WSGIServer, threading.Thread] | None = None
 
     @property
@@ -317,14 +331,20 @@ class ServerMetrics:
         # Halve the counts rather than clear them: "busiest" means recently, not this instant.
         self.traffic = {name: count // 2 for name, count in folded.items() if count >= 2}
         self.tag_messages.clear()
+        queue_stats: dict[tuple[str, str], int] = {}
         for name in busiest:
             try:
                 stats = engine.get_queue(name).stats or {}
+                days = engine.stats(name, days=1)
             except Exception:  # deleted meanwhile, or anything else: skip this refresh
                 continue
+            today = days[0] if days else {}
+            for counter in STATS_COUNTERS:
+                queue_stats[name, counter] = today.get(counter, 0)
             for tag, figures in (stats.get("tags") or {}).items():
                 for state in _TAG_STATES:
                     self.tag_messages.labels(name, tag, state).set(figures.get(state, 0))
+        self.queue_stats = queue_stats
 
     # -- the endpoint ----------------------------------------------------------------------------
 

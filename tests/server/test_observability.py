@@ -172,7 +172,7 @@ async def scrape_when(port: int, prefix: str, value: float) -> str:
     with trio.move_on_after(5):
         while True:
             text = await trio.to_thread.run_sync(scrape, port)
-            if sample(text, prefix) == value:
+            if f"{prefix.rstrip()} {float(value)}" in text:
                 return text
             await trio.sleep(0.02)
     return await trio.to_thread.run_sync(scrape, port)
@@ -245,3 +245,20 @@ async def test_sqs_gateway_requests_are_counted_by_action_and_outcome(tmp_path: 
     assert sample(text, 'lamina_sqs_requests_total{action="SendMessage",outcome="ok"}') == 1
     assert sample(text, 'lamina_sqs_requests_total{action="GetQueueUrl",'
                         'outcome="QueueDoesNotExist"}') == 2
+
+
+async def test_the_daily_stats_of_the_busiest_queues_feed_the_metrics(tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=0.05) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("orders")
+            await client.send("orders", [b"a" * 10, b"b" * 20, b"c" * 30])
+            deliveries = await client.receive("orders", max=2)
+            await client.delete("orders", [deliveries[0].receipt])
+            text = await scrape_when(server.metrics_port,
+                                     'lamina_queue_stats_total{counter="deleted",queue="orders"}',
+                                     1)
+            today = (await client.stats("orders", days=1))[0]
+    for counter in ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out"):
+        figure = sample(text, f'lamina_queue_stats_total{{counter="{counter}",queue="orders"}}')
+        assert figure == today[counter], counter
+    assert today["sent"] == 3 and today["bytes_in"] == 60 and today["received"] == 2
