@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import logging
@@ -14,6 +15,7 @@ import trio
 from botocore.exceptions import ClientError
 
 from lamina.client import AsyncClient
+from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.server.logs import JsonFormatter
 from tests.support.servers import running_server
 from tests.support.sqs import sqs_client
@@ -262,3 +264,15 @@ async def test_the_daily_stats_of_the_busiest_queues_feed_the_metrics(tmp_path: 
         figure = sample(text, f'lamina_queue_stats_total{{counter="{counter}",queue="orders"}}')
         assert figure == today[counter], counter
     assert today["sent"] == 3 and today["bytes_in"] == 60 and today["received"] == 2
+
+
+def test_the_metrics_endpoint_binds_another_address_only_with_insecure() -> None:
+    parser = add_serve_arguments(argparse.ArgumentParser(prog="lamina serve"))
+    assert config_from_args(parser.parse_args(["--metrics-port", "9100"])).metrics_host \
+        == "127.0.0.1"
+    with pytest.raises(ConfigError, match="--insecure"):
+        config_from_args(parser.parse_args(["--metrics-port", "9100",
+                                            "--metrics-host", "0.0.0.0"]))
+    config = config_from_args(parser.parse_args(["--metrics-port", "9100", "--insecure",
+                                                 "--metrics-host", "0.0.0.0"]))
+    assert config.metrics_host == "0.0.0.0"
