@@ -67,5 +67,6 @@ class EngineClock:
             log.warning(
                 "clock is %d ms behind the engine clock; holding time at %d",
                 self.last_ms - reading, self.last_ms,
+                extra={"event": "clock_behind", "behind_ms": self.last_ms - reading},
             )
         return self.last_ms

@@ -127,6 +127,7 @@ class OperationFrame:
             self._core._read_failed()
             raise Unavailable(f"storage read failed, nothing changed: {failure.describe()}"
                               ) from None
-        log.error("internal error; rebuilding state from the store", exc_info=exc)
+        log.error("internal error; rebuilding state from the store", exc_info=exc,
+                  extra={"event": "internal_error"})
         self._core._recover()
         raise InternalError(f"{type(exc).__name__}: {exc}") from exc

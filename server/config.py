@@ -150,7 +150,9 @@ class ServerConfig:
                 "--tls-cert/--tls-key (pass --insecure to do it anyway)")
         if self.metrics_port is not None and not is_loopback(self.metrics_host) \
                 and not self.insecure:
-            raise ConfigError("the metrics endpoint binds loopback only, unless --insecure")
+            raise ConfigError(f"refusing to serve /metrics on non-loopback address "
+                              f"{self.metrics_host!r}: it asks no key (pass --insecure to do "
+                              "it anyway)")
         return self
 
 
@@ -183,7 +185,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--tls-key", type=Path, metavar="FILE",
         help="PEM private key for --tls-cert (default none)")
     add("--metrics-port", type=int, metavar="PORT",
-        help="serve Prometheus /metrics on this loopback port (default none: off)")
+        help="serve Prometheus /metrics on this port (default none: off)")
+    add("--metrics-host", default="127.0.0.1", metavar="HOST",
+        help="the address /metrics listens on; other than loopback it needs --insecure, "
+             "since /metrics asks no key (default %(default)s)")
     add("--insecure", action="store_true",
         help="allow a non-loopback address without --keys and TLS (default off)")
     add("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
@@ -227,6 +232,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_connections=args.max_connections, max_frame=args.max_frame,
         max_queues=args.max_queues, keys=args.keys, receipt_key=args.receipt_key,
         tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         insecure=args.insecure, idle_timeout_s=args.idle_timeout,
         auth_timeout_s=args.auth_timeout, busy_poll_us=args.busy_poll_us,
         sqs_port=args.sqs_port, sqs_account=args.sqs_account, sqs_region=args.sqs_region,

@@ -1,4 +1,5 @@
-"""Prometheus metrics of one server (DESIGN.md §4), served on ``--metrics-port`` at /metrics.
+"""Prometheus metrics of one server (DESIGN.md §4), served on ``--metrics-port`` at /metrics;
+docs/OPERATIONS.md tells operators what each means.
 
 Each server has its own registry (several servers may share a process in tests). The
 per-request and per-group figures are plain Python counters (:class:`_Histogram`), updated on
@@ -9,9 +10,11 @@ the applier (the engine is not thread-safe), never by the scrape, which runs in
 prometheus-client's own thread and only reads.
 
     lamina_requests_total{op, outcome}         answered requests; outcome "ok" or the error code
+    lamina_sqs_requests_total{action, outcome} SQS gateway requests answered; outcome "ok"
+                                               or the SQS error code
     lamina_request_seconds{op}                 read -> answer queued (a waiting receive included)
-    lamina_connections                         open connections
-    lamina_connections_accepted_total
+    lamina_connections                         open connections (the SQS gateway's too)
+    lamina_connections_accepted_total          connections accepted (the SQS gateway's too)
     lamina_group_commit_requests               requests per group commit (histogram)
     lamina_group_commit_seconds                apply + WAL sync of one group (histogram)
     lamina_wal_syncs_total                     WAL syncs (--fsync: one for the groups applied
@@ -21,6 +24,9 @@ prometheus-client's own thread and only reads.
     lamina_tag_messages{queue, tag, state}     active / inflight / delayed / parked, for the
                                                BUSIEST_QUEUES queues with the most recent
                                                requests
+    lamina_queue_stats_total{queue, counter}   today's (UTC) figures of ``stats``: sent,
+                                               received, deleted, dead, expired, bytes_in,
+                                               bytes_out, for the BUSIEST_QUEUES queues
     lamina_store_memory_bytes{kind}            the store's memory: write_buffers, block_cache,
                                                table_readers, and the bounds
                                                write_buffers_limit, block_cache_limit
@@ -59,6 +65,8 @@ _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _TAG_STATES = ("active", "inflight", "delayed", "parked")
+#: The daily counters of ``stats`` (DESIGN.md §8), today's of each busiest queue.
+STATS_COUNTERS = ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out")
 
 
 class _Histogram:
@@ -114,12 +122,24 @@ class _HotCollector:
         for (op, outcome), count in metrics.request_counts.items():
             requests.add_metric([op, outcome], count)
         yield requests
+        sqs = CounterMetricFamily("lamina_sqs_requests",
+                                  "SQS gateway requests answered, by action and outcome",
+                                  labels=["action", "outcome"])
+        for (action, outcome), count in list(metrics.sqs_counts.items()):
+            sqs.add_metric([action, outcome], count)
+        yield sqs
         failures = CounterMetricFamily("lamina_storage_failures",
                                        "Operations the store failed, each answered Unavailable",
                                        labels=["kind"])
         for kind, count in metrics.storage_failures.items():
             failures.add_metric([kind], count)
         yield failures
+        queue_stats = CounterMetricFamily(  # each starts again from zero at midnight UTC
+            "lamina_queue_stats", "Today's (UTC) stats counters of the busiest queues",
+            labels=["queue", "counter"])
+        for (queue, counter), count in metrics.queue_stats.items():
+            queue_stats.add_metric([queue, counter], count)
+        yield queue_stats
         latency = HistogramMetricFamily("lamina_request_seconds",
                                         "Time from reading a request to queuing its answer",
                                         labels=["op"])
@@ -162,6 +182,8 @@ class ServerMetrics:
         #: Requests answered "ok" as a group of their own (``observe_lone``), by op: their
         #: latency, whose counts are also their number, their groups' sizes and times.
         self.lone_latency: dict[str, _Histogram] = {}
+        #: SQS gateway requests answered by (action, outcome): "ok" or the SQS error code.
+        self.sqs_counts: dict[tuple[str, str], int] = {}
         self.group_requests = _Histogram(_GROUP_BUCKETS)
         #: Groups of one failed request (``observe_alone``), not yet in ``group_requests``.
         self.lone_groups = 0
@@ -187,6 +209,9 @@ class ServerMetrics:
         self.traffic: dict[str, int] = {}
         #: ``Engine.storage_failures`` as of the last refresh (read by the scrape's thread).
         self.storage_failures: dict[str, int] = {"write": 0, "read": 0}
+        #: Today's ``stats`` counters of the busiest queues, by (queue, counter), as of the
+        #: last refresh (replaced whole: the scrape's thread reads it).
+        self.queue_stats: dict[tuple[str, str], int] = {}
         self._http: tuple[WSGIServer, threading.Thread] | None = None
 
     @property
@@ -250,6 +275,12 @@ class ServerMetrics:
         self._counts[key] = self._counts.get(key, 0) + 1
         return self.latency.get(op) or self.latency.setdefault(op, _Histogram(_LATENCY_BUCKETS))
 
+    def observe_sqs(self, action: str, outcome: str) -> None:
+        """One answered SQS gateway request (``action`` one the gateway knows, or
+        "unknown": a peer must not be able to create series at will)."""
+        key = (action, outcome)
+        self.sqs_counts[key] = self.sqs_counts.get(key, 0) + 1
+
     def count_traffic(self, queue: str) -> None:
         """One request on ``queue`` (an existing queue the caller may use)."""
         try:
@@ -300,14 +331,20 @@ class ServerMetrics:
         # Halve the counts rather than clear them: "busiest" means recently, not this instant.
         self.traffic = {name: count // 2 for name, count in folded.items() if count >= 2}
         self.tag_messages.clear()
+        queue_stats: dict[tuple[str, str], int] = {}
         for name in busiest:
             try:
                 stats = engine.get_queue(name).stats or {}
+                days = engine.stats(name, days=1)
             except Exception:  # deleted meanwhile, or anything else: skip this refresh
                 continue
+            today = days[0] if days else {}
+            for counter in STATS_COUNTERS:
+                queue_stats[name, counter] = today.get(counter, 0)
             for tag, figures in (stats.get("tags") or {}).items():
                 for state in _TAG_STATES:
                     self.tag_messages.labels(name, tag, state).set(figures.get(state, 0))
+        self.queue_stats = queue_stats
 
     # -- the endpoint ----------------------------------------------------------------------------
 

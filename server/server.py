@@ -153,6 +153,8 @@ class Server:
         #: Memory of all connections' buffers (budget.py).
         self.budget = MemoryBudget(config.max_buffered)
         self.connections: set[Reader] = set()  # connections and SQS bridges
+        # lamina_connections counts both ports, as server_info and --max-connections do.
+        self.metrics.connections.set_function(lambda: len(self.connections))
         #: Connections closed unserved, logged a line at most every 10 s (both ports).
         self.refusals = Refusals()
         self.port: int | None = None
@@ -339,7 +341,6 @@ class Server:
                                     budget=self.budget, on_read=self.busy_poll.reader_kick()
                                     if self.busy_poll.window_s else None, hub=self.read_hub)
             self.connections.add(connection)
-            self.metrics.connections.inc()
             self.metrics.accepted.inc()
             if self.stopping:
                 connection.stop_reading()
@@ -353,7 +354,6 @@ class Server:
             inbox.close()
             if connection is not None:
                 self.connections.discard(connection)
-                self.metrics.connections.dec()
             await trio.aclose_forcefully(wrapped)
 
     # -- the timer -----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from ..budget import SMALL_BYTES, MemoryBudget
 from ..busypoll import BusyPoll
 from ..config import ServerConfig
 from ..keyring import KeyRing
+from ..metrics import ServerMetrics
 from ..ports import Applier, Reader
 from .bridge import Bridge
 from .context import Context, GatewayState
@@ -68,6 +69,8 @@ class Host(Protocol):
     budget: MemoryBudget
     #: Connections closed unserved, logged now and then (accept.py).
     refusals: Refusals
+    #: /metrics: the gateway's connections and requests count there too.
+    metrics: ServerMetrics
 
     @property
     def applier(self) -> Applier: ...
@@ -133,6 +136,7 @@ class SqsGateway:
             bridge = Bridge(server.applier, server.inbox_clone(), peer)
             bridge.socket = stream.socket
             server.connections.add(bridge)
+            server.metrics.accepted.inc()
             await self._serve_connection(wrapped, bridge)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass
@@ -225,6 +229,7 @@ class SqsGateway:
         body = request.body
         is_json = "x-amz-target" in headers
         action = "?"
+        outcome = "ok"
         try:
             if method not in ("POST", "GET"):
                 raise SqsError("InvalidAction", f"HTTP {method[:10]} is not an SQS request "
@@ -255,14 +260,17 @@ class SqsGateway:
                         else queryproto.render_result(action, result, request_id))
         except (SqsError, LaminaError) as exc:
             error = exc if isinstance(exc, SqsError) else from_lamina(exc)
+            outcome = error.code
             response = (jsonproto.render_error(error) if is_json
                         else queryproto.render_error(error, request_id))
         except Exception as exc:  # a bug in this request alone
             log.exception("internal error in SQS %s", action,
                           extra={"event": "internal_error"})
             error = SqsError("InternalFailure", f"{action} failed: {type(exc).__name__}: {exc}")
+            outcome = error.code
             response = (jsonproto.render_error(error) if is_json
                         else queryproto.render_error(error, request_id))
+        self.server.metrics.observe_sqs(action if action in ACTIONS else "unknown", outcome)
         status, response_headers, response_body = response
         return status, [*response_headers, ("x-amzn-RequestId", request_id)], response_body
 

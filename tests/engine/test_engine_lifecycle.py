@@ -60,6 +60,19 @@ def test_internal_error_rebuilds_state_and_loses_nothing_committed(engine, monke
     assert [d.body for d in engine.receive("q")] == [b"kept"]
 
 
+def test_an_internal_error_is_logged_with_its_event_name(engine, monkeypatch, caplog):
+    engine.create_queue("q")
+    engine.send("q", [b"m"])
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine._counters, "received", explode)
+    with caplog.at_level("ERROR", logger="lamina.engine"), pytest.raises(InternalError):
+        engine.receive("q")
+    assert [getattr(record, "event", None) for record in caplog.records] == ["internal_error"]
+
+
 def test_failed_write_makes_the_operation_unavailable_and_changes_nothing(engine, monkeypatch):
     engine.create_queue("q")
 

@@ -85,3 +85,12 @@ def test_reverse_scan_of_an_empty_range_finds_nothing(tmp_path):
     assert not it.valid()
     del it
     db.close()
+
+
+def test_the_clock_warning_carries_its_event_name_for_log_selection(caplog):
+    source = FakeClock(1000)
+    clock = EngineClock(source, last_ms=5000)
+    with caplog.at_level("WARNING", logger="lamina.engine"):
+        clock.now()
+    [record] = caplog.records
+    assert record.event == "clock_behind" and record.behind_ms == 4000

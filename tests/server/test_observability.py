@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import logging
+import re
 import urllib.request
 from pathlib import Path
 
+import pytest
 import trio
+from botocore.exceptions import ClientError
 
 from lamina.client import AsyncClient
+from lamina.server.config import ConfigError, add_serve_arguments, config_from_args
 from lamina.server.logs import JsonFormatter
 from tests.support.servers import running_server
+from tests.support.sqs import sqs_client
 
 
 def scrape(port: int) -> str:
@@ -161,3 +167,112 @@ async def test_lone_requests_that_succeed_or_fail_are_counted_exactly_when_scrap
     seconds = sum(delta(f'lamina_request_seconds_sum{{op="{op}"}}')
                   for op in ("ping", "send", "get_queue"))
     assert abs(delta("lamina_group_commit_seconds_sum") - seconds) < 1e-6
+
+
+async def scrape_when(port: int, prefix: str, value: float) -> str:
+    """The /metrics text once ``prefix`` reads ``value`` (a connection ends asynchronously)."""
+    with trio.move_on_after(5):
+        while True:
+            text = await trio.to_thread.run_sync(scrape, port)
+            if f"{prefix.rstrip()} {float(value)}" in text:
+                return text
+            await trio.sleep(0.02)
+    return await trio.to_thread.run_sync(scrape, port)
+
+
+async def test_sqs_gateway_connections_count_in_the_connection_metrics_as_in_server_info(
+        tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, sqs_port=0,
+                              metrics_interval_s=3600) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            sqs = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+            text = await scrape_when(server.metrics_port, "lamina_connections ", 2)
+            info = await client.server_info()
+            assert sample(text, "lamina_connections ") == info.connections == 2
+            assert sample(text, "lamina_connections_accepted_total") == 2
+            await sqs.aclose()
+            text = await scrape_when(server.metrics_port, "lamina_connections ", 1)
+            assert sample(text, "lamina_connections ") == 1
+            assert (await client.server_info()).connections == 1
+
+
+OPERATIONS = Path(__file__).parents[2] / "docs" / "OPERATIONS.md"
+
+
+async def test_the_operations_guide_names_every_metric_the_server_exposes(tmp_path: Path
+                                                                          ) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=0.05) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("q")
+            await client.send("q", [b"m"])
+            await client.receive("q")
+        await trio.sleep(0.2)  # a refresh of the refreshed figures
+        text = await trio.to_thread.run_sync(scrape, server.metrics_port)
+    names = {line.split()[2].removesuffix("_created") for line in text.splitlines()
+             if line.startswith("# TYPE ")}  # a counter's _created: in the guide's last words
+    guide = OPERATIONS.read_text()
+    assert len(names) >= 12
+    missing = {name for name in names if f"`{name}`" not in guide
+               and f"`{name}_total`" not in guide}
+    assert not missing
+
+
+def test_the_operations_guide_names_every_log_event_the_server_writes() -> None:
+    root = Path(__file__).parents[2]
+    sources = [*(root / "server").rglob("*.py"), *(root / "engine").rglob("*.py")]
+    events = {match for source in sources
+              for match in re.findall(r'"event": "(\w+)"', source.read_text())}
+    guide = OPERATIONS.read_text()
+    assert {"start", "stop", "refused", "write_failed", "clock_behind"} <= events
+    assert not {event for event in events if f"| `{event}` |" not in guide}
+
+
+async def test_sqs_gateway_requests_are_counted_by_action_and_outcome(tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, sqs_port=0,
+                              metrics_interval_s=3600) as server:
+        sqs = sqs_client(server.sqs_port)
+
+        def requests() -> None:
+            url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+            sqs.get_queue_url(QueueName="orders")
+            sqs.send_message(QueueUrl=url, MessageBody="hello")
+            for _ in range(2):
+                with pytest.raises(ClientError):
+                    sqs.get_queue_url(QueueName="missing")
+
+        await trio.to_thread.run_sync(requests)
+        text = await trio.to_thread.run_sync(scrape, server.metrics_port)
+    assert sample(text, 'lamina_sqs_requests_total{action="CreateQueue",outcome="ok"}') == 1
+    assert sample(text, 'lamina_sqs_requests_total{action="GetQueueUrl",outcome="ok"}') == 1
+    assert sample(text, 'lamina_sqs_requests_total{action="SendMessage",outcome="ok"}') == 1
+    assert sample(text, 'lamina_sqs_requests_total{action="GetQueueUrl",'
+                        'outcome="QueueDoesNotExist"}') == 2
+
+
+async def test_the_daily_stats_of_the_busiest_queues_feed_the_metrics(tmp_path: Path) -> None:
+    async with running_server(tmp_path, metrics_port=0, metrics_interval_s=0.05) as server:
+        async with AsyncClient.connect("127.0.0.1", server.port) as client:
+            await client.create_queue("orders")
+            await client.send("orders", [b"a" * 10, b"b" * 20, b"c" * 30])
+            deliveries = await client.receive("orders", max=2)
+            await client.delete("orders", [deliveries[0].receipt])
+            text = await scrape_when(server.metrics_port,
+                                     'lamina_queue_stats_total{counter="deleted",queue="orders"}',
+                                     1)
+            today = (await client.stats("orders", days=1))[0]
+    for counter in ("sent", "received", "deleted", "dead", "expired", "bytes_in", "bytes_out"):
+        figure = sample(text, f'lamina_queue_stats_total{{counter="{counter}",queue="orders"}}')
+        assert figure == today[counter], counter
+    assert today["sent"] == 3 and today["bytes_in"] == 60 and today["received"] == 2
+
+
+def test_the_metrics_endpoint_binds_another_address_only_with_insecure() -> None:
+    parser = add_serve_arguments(argparse.ArgumentParser(prog="lamina serve"))
+    assert config_from_args(parser.parse_args(["--metrics-port", "9100"])).metrics_host \
+        == "127.0.0.1"
+    with pytest.raises(ConfigError, match="--insecure"):
+        config_from_args(parser.parse_args(["--metrics-port", "9100",
+                                            "--metrics-host", "0.0.0.0"]))
+    config = config_from_args(parser.parse_args(["--metrics-port", "9100", "--insecure",
+                                                 "--metrics-host", "0.0.0.0"]))
+    assert config.metrics_host == "0.0.0.0"
