@@ -414,8 +414,11 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
     if args.server is None:
         extra = (() if args.busy_poll_us is None
                  else ("--busy-poll-us", str(args.busy_poll_us)))
-        spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra,
-                                      python=args.server_python)
+        try:
+            spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra,
+                                          python=args.server_python)
+        except (RuntimeError, OSError) as exc:  # it exited, or its interpreter is missing
+            raise BenchError(str(exc)) from None
         address, pid = spawned.address, spawned.pid
         placed = _place_server(spawned, args)
         _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
@@ -423,16 +426,20 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
         address, pid = args.server, args.server_pid
         _log(f"{label}: server {address[0]}:{address[1]}")
     profiler = None
-    if args.profile is not None and name not in ("idle", "cost"):
-        if pid is None:
-            raise BenchError("--profile needs the server's pid (--server-pid)")
-        path = _numbered(args.profile, f"{name}-{attempt}") if many_profiles else args.profile
-        profiler = PySpy(pid, path, gil=args.profile_gil)
-    run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
-              on_start=profiler.start if profiler else None,
-              on_stop=profiler.stop if profiler else None,
-              client_cpus=args.client_cpus, server_cpus=placed)
     try:
+        if args.profile is not None and name not in ("idle", "cost"):
+            if pid is None:
+                raise BenchError("--profile needs the server's pid (--server-pid)")
+            path = (_numbered(args.profile, f"{name}-{attempt}") if many_profiles
+                    else args.profile)
+            try:
+                profiler = PySpy(pid, path, gil=args.profile_gil)
+            except RuntimeError as exc:  # no py-spy
+                raise BenchError(str(exc)) from None
+        run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
+                  on_start=profiler.start if profiler else None,
+                  on_stop=profiler.stop if profiler else None,
+                  client_cpus=args.client_cpus, server_cpus=placed)
         fill_backlog(run, params)
         result = WORKLOADS[name].run(run, params)
         if args.server is not None:

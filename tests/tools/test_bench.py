@@ -361,3 +361,39 @@ def test_bad_sizes_are_refused_naming_the_option(lamina: Any, capsys: pytest.Cap
         lamina(None, "bench", "w1", option, bad)
     assert exc.value.code == 2
     assert option in capsys.readouterr().err
+
+
+def _serving_children() -> list[int]:
+    """Pids of ``lamina serve`` processes this test process started and that still run."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == os.getpid() and b"serve" in cmdline and stat[stat.rindex(")") + 2] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_profile_without_py_spy_is_a_clear_error_and_stops_the_started_server(
+        lamina: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lamina.bench.profiler.shutil.which", lambda *_a, **_k: None)
+    ran = lamina(None, "bench", "w4", "--messages", "50", "--profile", "out.svg")
+    assert ran.code == 1 and "py-spy" in ran.err and "Traceback" not in ran.err
+    assert _serving_children() == []
+
+
+@pytest.mark.slow
+def test_a_lamina_server_that_does_not_start_is_a_clear_error(lamina: Any, tmp_path: Path
+                                                              ) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    ran = lamina(None, "bench", "w4", "--messages", "50", "--data", str(not_a_folder))
+    assert ran.code == 1 and "lamina serve did not start" in ran.err
+    ran = lamina(None, "bench", "w4", "--messages", "50", "--server-python",
+                 str(tmp_path / "no-python"))
+    assert ran.code == 1 and "no-python" in ran.err
