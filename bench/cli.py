@@ -102,6 +102,14 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _pid(text: str) -> int:
+    """The pid of a running process (``--server-pid``)."""
+    pid = _at_least(1)(text)
+    if not Path(f"/proc/{pid}").exists():
+        raise argparse.ArgumentTypeError(f"no process has pid {pid}")
+    return pid
+
+
 def _rate(text: str) -> float:
     """Messages per second: more than 0 and finite."""
     from lamina.tools.cmdvalues import parse_seconds
@@ -128,7 +136,7 @@ def add_bench_command(commands: Any) -> None:
     where = parser.add_argument_group("the server")
     where.add_argument("--server", type=parse_server, metavar="HOST:PORT",
                        help="use this running server (default: start one per run)")
-    where.add_argument("--server-pid", type=_at_least(1), metavar="PID",
+    where.add_argument("--server-pid", type=_pid, metavar="PID",
                        help="with --server or --endpoint: its pid, for CPU, memory and "
                             "--profile (default none: no server figures)")
     where.add_argument("--fsync", action="store_true",

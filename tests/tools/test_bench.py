@@ -397,3 +397,13 @@ def test_a_lamina_server_that_does_not_start_is_a_clear_error(lamina: Any, tmp_p
     ran = lamina(None, "bench", "w4", "--messages", "50", "--server-python",
                  str(tmp_path / "no-python"))
     assert ran.code == 1 and "no-python" in ran.err
+
+
+def test_a_server_pid_of_no_process_is_refused(lamina: Any, capsys: pytest.CaptureFixture[str]
+                                               ) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    with pytest.raises(SystemExit) as exc:
+        lamina(None, "bench", "w4", "--server", "127.0.0.1:1", "--server-pid", str(gone.pid))
+    assert exc.value.code == 2
+    assert "--server-pid" in capsys.readouterr().err
