@@ -397,6 +397,9 @@ def test_a_lamina_server_that_does_not_start_is_a_clear_error(lamina: Any, tmp_p
     ran = lamina(None, "bench", "w4", "--messages", "50", "--server-python",
                  str(tmp_path / "no-python"))
     assert ran.code == 1 and "no-python" in ran.err
+    ran = lamina(None, "bench", "sqs-rounds", "--messages", "50", "--warmup", "0",
+                 "--server-python", str(tmp_path / "no-python"))
+    assert ran.code == 1 and "no-python" in ran.err
 
 
 def test_a_server_pid_of_no_process_is_refused(lamina: Any, capsys: pytest.CaptureFixture[str]
