@@ -295,6 +295,9 @@ def _run_sqs(args: argparse.Namespace) -> int:
                          f"{', '.join(SQS_PEERS)}")
     if args.endpoint is not None and args.start is not None:
         raise BenchError("--endpoint and --start both name the system to measure: give one")
+    if args.server_pid is not None and args.endpoint is None:
+        raise BenchError("--server-pid is the pid of --endpoint's server (the servers the "
+                         "bench starts are measured without it)")
     names = (list(SQS_WORKLOAD_NAMES) if "sqs" in args.workloads
              else list(dict.fromkeys(args.workloads)))
     args.peers_script = args.peers_script or DEFAULT_PEERS_SCRIPT
@@ -307,6 +310,9 @@ def _run(args: argparse.Namespace) -> int:
     from .workloads import Params
 
     names = list(WORKLOAD_NAMES) if "all" in args.workloads else list(dict.fromkeys(args.workloads))
+    if args.server_pid is not None and args.server is None:
+        raise BenchError("--server-pid is the pid of --server HOST:PORT's server (the servers "
+                         "the bench starts are measured without it)")
     peer = None
     if args.against is not None:
         if args.against in SQS_PEERS:

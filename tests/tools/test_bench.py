@@ -410,3 +410,10 @@ def test_a_server_pid_of_no_process_is_refused(lamina: Any, capsys: pytest.Captu
         lamina(None, "bench", "w4", "--server", "127.0.0.1:1", "--server-pid", str(gone.pid))
     assert exc.value.code == 2
     assert "--server-pid" in capsys.readouterr().err
+
+
+def test_a_server_pid_without_the_server_it_belongs_to_is_refused(lamina: Any) -> None:
+    ran = lamina(None, "bench", "w4", "--server-pid", str(os.getpid()))
+    assert ran.code == 1 and "--server-pid" in ran.err and "--server" in ran.err
+    ran = lamina(None, "bench", "sqs-rounds", "--server-pid", str(os.getpid()))
+    assert ran.code == 1 and "--server-pid" in ran.err and "--endpoint" in ran.err
