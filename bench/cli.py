@@ -89,15 +89,17 @@ def _poll_window(text: str) -> int:
     return value
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    """A whole number of at least ``minimum`` (0: none is allowed; 1: a count)."""
+def _at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number of at least ``minimum`` (0: none is allowed; 1: a count), and at most
+    ``maximum`` if given."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            within = f"{minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {within}, got {value}")
         return value
     return parse
 
@@ -219,7 +221,7 @@ def add_bench_command(commands: Any) -> None:
                        help="w4: the client busy-polls this long for each answer before "
                             "sleeping (Client busy_poll_us; default 0: it sleeps on its "
                             "socket at once, as applications' clients do)")
-    sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
+    sizes.add_argument("--client-nice", type=_at_least(-20, 19), default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
     sizes.add_argument("--client-cpus", type=cpus_option, metavar="LIST",
                        help="run the client processes on these CPUs, e.g. 0 (default: where "
