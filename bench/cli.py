@@ -124,6 +124,7 @@ def _rate(text: str) -> float:
 
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
+    from lamina.engine.validation import MAX_BATCH
     from lamina.tools.cmdvalues import parse_seconds, parse_server  # cheap: no client import
 
     from .peers import PEER_NAMES  # cheap: the names only
@@ -197,8 +198,9 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--messages", type=_at_least(1), metavar="N",
                        help="messages (default w1, w2: 200,000; w4: 20,000; sqs-send, "
                             "sqs-consume, sqs-fifo: 20,000; rounds of sqs-rounds: 2,000)")
-    sizes.add_argument("--batch", type=_at_least(1), metavar="N",
-                       help="messages per send (w1) or receive (w2, w3); default 16")
+    sizes.add_argument("--batch", type=_at_least(1, MAX_BATCH), metavar="N",
+                       help=f"messages per send (w1) or receive (w2, w3), 1-{MAX_BATCH}; "
+                            "default 16")
     sizes.add_argument("--body-bytes", type=_at_least(0), default=256, metavar="BYTES",
                        help="body size (default 256)")
     sizes.add_argument("--inflight", type=_at_least(1), default=1, metavar="N",

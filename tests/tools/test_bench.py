@@ -355,7 +355,7 @@ def test_a_redis_server_that_does_not_start_is_a_clear_error(
     ("--connections", "0"), ("--rate", "-5"), ("--rate", "0"), ("--duration", "-1"),
     ("--timeout", "0"), ("--timeout", "nan"), ("--body-bytes", "-1"), ("--backlog", "-1"),
     ("--groups", "0"), ("--warmup", "-1"), ("--server-pid", "0"), ("--processes", "x"),
-    ("--client-nice", "20"), ("--client-nice", "-21")])
+    ("--client-nice", "20"), ("--client-nice", "-21"), ("--batch", "1001")])
 def test_bad_sizes_are_refused_naming_the_option(lamina: Any, capsys: pytest.CaptureFixture[str],
                                                  option: str, bad: str) -> None:
     with pytest.raises(SystemExit) as exc:
