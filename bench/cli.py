@@ -425,7 +425,7 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
     from .loadgen import BenchError
     from .profiler import PySpy
     from .spawn import SpawnedServer
-    from .workloads import WORKLOADS, Run, drop_backlog, fill_backlog
+    from .workloads import WORKLOADS, Run, drop_after_failure, drop_backlog, fill_backlog
 
     spawned = None
     placed = None
@@ -444,6 +444,7 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
         address, pid = args.server, args.server_pid
         _log(f"{label}: server {address[0]}:{address[1]}")
     profiler = None
+    run: Run | None = None
     try:
         if args.profile is not None and name not in ("idle", "cost"):
             if pid is None:
@@ -462,9 +463,13 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
         result = WORKLOADS[name].run(run, params)
         if args.server is not None:
             drop_backlog(run, params)
-    except LaminaError as exc:
-        raise BenchError(f"{name}: the server refused a request: {exc.code}: "
-                         f"{exc.message}") from None
+    except Exception as exc:
+        if args.server is not None and run is not None:
+            drop_after_failure(run, name, params)
+        if isinstance(exc, LaminaError):
+            raise BenchError(f"{name}: the server refused a request: {exc.code}: "
+                             f"{exc.message}") from None
+        raise
     finally:
         if spawned is not None:
             code = spawned.stop()

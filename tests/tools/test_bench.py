@@ -418,3 +418,13 @@ def test_a_server_pid_without_the_server_it_belongs_to_is_refused(lamina: Any) -
     assert ran.code == 1 and "--server-pid" in ran.err and "--server" in ran.err
     ran = lamina(None, "bench", "sqs-rounds", "--server-pid", str(os.getpid()))
     assert ran.code == 1 and "--server-pid" in ran.err and "--endpoint" in ran.err
+
+
+@pytest.mark.slow
+def test_a_failed_run_against_a_running_server_leaves_no_queue_there(server: Any, lamina: Any
+                                                                     ) -> None:
+    ran = lamina(server, "bench", "w2", "--processes", "1", "--messages", "3000",
+                 "--backlog", "10", "--timeout", "0.001")
+    assert ran.code == 1 and "did not finish" in ran.err
+    listed = lamina(server, "queue", "list", "--json")
+    assert listed.lines() == []
