@@ -428,3 +428,18 @@ def test_a_failed_run_against_a_running_server_leaves_no_queue_there(server: Any
     assert ran.code == 1 and "did not finish" in ran.err
     listed = lamina(server, "queue", "list", "--json")
     assert listed.lines() == []
+
+
+@pytest.mark.slow
+@needs_redis
+def test_an_interrupt_while_redis_server_starts_stops_it(lamina: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("hiredis")
+
+    def interrupted(*_args: Any, **_kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # Ctrl-C while the bench waits for redis-server's first PONG
+
+    monkeypatch.setattr("lamina.bench.peers.redis.RespConnection", interrupted)
+    ran = lamina(None, "bench", "w4", "--against", "redis", "--messages", "20")
+    assert ran.code == 130
+    assert _serving_children() == []
