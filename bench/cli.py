@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .placement import cpus_option
 
@@ -89,9 +89,43 @@ def _poll_window(text: str) -> int:
     return value
 
 
+def _at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number of at least ``minimum`` (0: none is allowed; 1: a count), and at most
+    ``maximum`` if given."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            within = f"{minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {within}, got {value}")
+        return value
+    return parse
+
+
+def _pid(text: str) -> int:
+    """The pid of a running process (``--server-pid``)."""
+    pid = _at_least(1)(text)
+    if not Path(f"/proc/{pid}").exists():
+        raise argparse.ArgumentTypeError(f"no process has pid {pid}")
+    return pid
+
+
+def _rate(text: str) -> float:
+    """Messages per second: more than 0 and finite."""
+    from lamina.tools.cmdvalues import parse_seconds
+    try:
+        return parse_seconds(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a number more than 0 and finite, got "
+                                         f"{text!r}") from None
+
+
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
-    from lamina.tools.cmdvalues import parse_server  # cheap: no client import
+    from lamina.engine.validation import MAX_BATCH
+    from lamina.tools.cmdvalues import parse_seconds, parse_server  # cheap: no client import
 
     from .peers import PEER_NAMES  # cheap: the names only
     parser = commands.add_parser(
@@ -105,7 +139,7 @@ def add_bench_command(commands: Any) -> None:
     where = parser.add_argument_group("the server")
     where.add_argument("--server", type=parse_server, metavar="HOST:PORT",
                        help="use this running server (default: start one per run)")
-    where.add_argument("--server-pid", type=int, metavar="PID",
+    where.add_argument("--server-pid", type=_pid, metavar="PID",
                        help="with --server or --endpoint: its pid, for CPU, memory and "
                             "--profile (default none: no server figures)")
     where.add_argument("--fsync", action="store_true",
@@ -146,9 +180,9 @@ def add_bench_command(commands: Any) -> None:
                      help="access key id (default: $AWS_ACCESS_KEY_ID, else 'test')")
     sqs.add_argument("--secret-key", metavar="SECRET",
                      help="secret access key (default: $AWS_SECRET_ACCESS_KEY, else 'test')")
-    sqs.add_argument("--groups", type=int, default=100, metavar="N",
+    sqs.add_argument("--groups", type=_at_least(1), default=100, metavar="N",
                      help="sqs-fifo message groups (default 100)")
-    sqs.add_argument("--warmup", type=int, default=2000, metavar="N",
+    sqs.add_argument("--warmup", type=_at_least(0), default=2000, metavar="N",
                      help="messages each started system first sends and consumes unmeasured "
                           "(default 2000; 0: none)")
     where.add_argument("--against", choices=(*PEER_NAMES, *SQS_PEERS), metavar="PEER",
@@ -158,44 +192,45 @@ def add_bench_command(commands: Any) -> None:
                             f"{', '.join(SQS_PEERS)} for the SQS workloads (started by "
                             "--peers-script); default none")
     sizes = parser.add_argument_group("workload sizes (default: the sizes listed above)")
-    sizes.add_argument("--processes", type=int, metavar="N",
+    sizes.add_argument("--processes", type=_at_least(1), metavar="N",
                        help="client processes (w1, w2, sqs-send, sqs-consume, sqs-fifo; "
                             "default 4)")
-    sizes.add_argument("--messages", type=int, metavar="N",
+    sizes.add_argument("--messages", type=_at_least(1), metavar="N",
                        help="messages (default w1, w2: 200,000; w4: 20,000; sqs-send, "
                             "sqs-consume, sqs-fifo: 20,000; rounds of sqs-rounds: 2,000)")
-    sizes.add_argument("--batch", type=int, metavar="N",
-                       help="messages per send (w1) or receive (w2, w3); default 16")
-    sizes.add_argument("--body-bytes", type=int, default=256, metavar="BYTES",
+    sizes.add_argument("--batch", type=_at_least(1, MAX_BATCH), metavar="N",
+                       help=f"messages per send (w1) or receive (w2, w3), 1-{MAX_BATCH}; "
+                            "default 16")
+    sizes.add_argument("--body-bytes", type=_at_least(0), default=256, metavar="BYTES",
                        help="body size (default 256)")
-    sizes.add_argument("--inflight", type=int, default=1, metavar="N",
+    sizes.add_argument("--inflight", type=_at_least(1), default=1, metavar="N",
                        help="requests in flight per process (w1, w2; default 1)")
     sizes.add_argument("--sequential", action="store_true",
                        help="w2: each consumer receives, then deletes, in two round trips "
                             "(default: each delete goes with the next receive, one round "
                             "trip per batch: Client.delete_and_receive)")
-    sizes.add_argument("--backlog", type=int, default=0, metavar="N",
+    sizes.add_argument("--backlog", type=_at_least(0), default=0, metavar="N",
                        help="before each run send N messages to a queue of their own and "
                             "keep them there while the workload runs, on each system (not "
                             "measured; the server's peak RSS includes them; default 0)")
-    sizes.add_argument("--rate", type=float, metavar="PER_SECOND",
+    sizes.add_argument("--rate", type=_rate, metavar="PER_SECOND",
                        help="w3 messages per second (default 2000)")
-    sizes.add_argument("--duration", type=float, metavar="SECONDS",
+    sizes.add_argument("--duration", type=parse_seconds, metavar="SECONDS",
                        help="w3 run time (default 10)")
-    sizes.add_argument("--connections", type=int, metavar="N",
+    sizes.add_argument("--connections", type=_at_least(1), metavar="N",
                        help="idle connections (default 1000)")
     sizes.add_argument("--client-poll-us", type=_poll_window, default=0, metavar="US",
                        help="w4: the client busy-polls this long for each answer before "
                             "sleeping (Client busy_poll_us; default 0: it sleeps on its "
                             "socket at once, as applications' clients do)")
-    sizes.add_argument("--client-nice", type=int, default=0, metavar="N",
+    sizes.add_argument("--client-nice", type=_at_least(-20, 19), default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
     sizes.add_argument("--client-cpus", type=cpus_option, metavar="LIST",
                        help="run the client processes on these CPUs, e.g. 0 (default: where "
                             "the scheduler puts them; with --server-cpus, a CPU of their own "
                             "makes every awaited request wake the server's)")
     output = parser.add_argument_group("runs and output")
-    output.add_argument("--repeat", type=int, default=1, metavar="N",
+    output.add_argument("--repeat", type=_at_least(1), default=1, metavar="N",
                         help="run each workload N times; report the best (SQS workloads: the "
                              "median run by msg/s, the lower middle one of an even count; with "
                              "--against, N runs of each system, alternated; default 1)")
@@ -209,7 +244,7 @@ def add_bench_command(commands: Any) -> None:
                         help="with --profile: only samples holding the GIL (default off)")
     output.add_argument("--json", action="store_true",
                         help="print the results as JSON (default a table)")
-    output.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    output.add_argument("--timeout", type=parse_seconds, default=600.0, metavar="SECONDS",
                         help="give up on a workload after this long (default 600)")
     parser.set_defaults(run=run_bench)
 
@@ -264,6 +299,9 @@ def _run_sqs(args: argparse.Namespace) -> int:
                          f"{', '.join(SQS_PEERS)}")
     if args.endpoint is not None and args.start is not None:
         raise BenchError("--endpoint and --start both name the system to measure: give one")
+    if args.server_pid is not None and args.endpoint is None:
+        raise BenchError("--server-pid is the pid of --endpoint's server (the servers the "
+                         "bench starts are measured without it)")
     names = (list(SQS_WORKLOAD_NAMES) if "sqs" in args.workloads
              else list(dict.fromkeys(args.workloads)))
     args.peers_script = args.peers_script or DEFAULT_PEERS_SCRIPT
@@ -276,6 +314,9 @@ def _run(args: argparse.Namespace) -> int:
     from .workloads import Params
 
     names = list(WORKLOAD_NAMES) if "all" in args.workloads else list(dict.fromkeys(args.workloads))
+    if args.server_pid is not None and args.server is None:
+        raise BenchError("--server-pid is the pid of --server HOST:PORT's server (the servers "
+                         "the bench starts are measured without it)")
     peer = None
     if args.against is not None:
         if args.against in SQS_PEERS:
@@ -293,8 +334,6 @@ def _run(args: argparse.Namespace) -> int:
                              "--inflight at 1")
         from .peers import load_peer
         peer = load_peer(args.against)
-    if args.backlog < 0:
-        raise BenchError("--backlog must be 0 or more messages")
     params = Params(processes=args.processes, messages=args.messages, batch=args.batch,
                     body_bytes=args.body_bytes, inflight=args.inflight, rate=args.rate,
                     sequential=args.sequential, backlog=args.backlog,
@@ -386,15 +425,18 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
     from .loadgen import BenchError
     from .profiler import PySpy
     from .spawn import SpawnedServer
-    from .workloads import WORKLOADS, Run, drop_backlog, fill_backlog
+    from .workloads import WORKLOADS, Run, drop_after_failure, drop_backlog, fill_backlog
 
     spawned = None
     placed = None
     if args.server is None:
         extra = (() if args.busy_poll_us is None
                  else ("--busy-poll-us", str(args.busy_poll_us)))
-        spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra,
-                                      python=args.server_python)
+        try:
+            spawned = SpawnedServer.start(fsync=args.fsync, data=args.data, extra_args=extra,
+                                          python=args.server_python)
+        except (RuntimeError, OSError) as exc:  # it exited, or its interpreter is missing
+            raise BenchError(str(exc)) from None
         address, pid = spawned.address, spawned.pid
         placed = _place_server(spawned, args)
         _log(f"{label}: server pid {pid} on {address[0]}:{address[1]}")
@@ -402,23 +444,32 @@ def _run_lamina(name: str, attempt: int, label: str, args: argparse.Namespace, p
         address, pid = args.server, args.server_pid
         _log(f"{label}: server {address[0]}:{address[1]}")
     profiler = None
-    if args.profile is not None and name not in ("idle", "cost"):
-        if pid is None:
-            raise BenchError("--profile needs the server's pid (--server-pid)")
-        path = _numbered(args.profile, f"{name}-{attempt}") if many_profiles else args.profile
-        profiler = PySpy(pid, path, gil=args.profile_gil)
-    run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
-              on_start=profiler.start if profiler else None,
-              on_stop=profiler.stop if profiler else None,
-              client_cpus=args.client_cpus, server_cpus=placed)
+    run: Run | None = None
     try:
+        if args.profile is not None and name not in ("idle", "cost"):
+            if pid is None:
+                raise BenchError("--profile needs the server's pid (--server-pid)")
+            path = (_numbered(args.profile, f"{name}-{attempt}") if many_profiles
+                    else args.profile)
+            try:
+                profiler = PySpy(pid, path, gil=args.profile_gil)
+            except RuntimeError as exc:  # no py-spy
+                raise BenchError(str(exc)) from None
+        run = Run(address, pid, args.fsync, args.timeout, args.client_nice,
+                  on_start=profiler.start if profiler else None,
+                  on_stop=profiler.stop if profiler else None,
+                  client_cpus=args.client_cpus, server_cpus=placed)
         fill_backlog(run, params)
         result = WORKLOADS[name].run(run, params)
         if args.server is not None:
             drop_backlog(run, params)
-    except LaminaError as exc:
-        raise BenchError(f"{name}: the server refused a request: {exc.code}: "
-                         f"{exc.message}") from None
+    except Exception as exc:
+        if args.server is not None and run is not None:
+            drop_after_failure(run, name, params)
+        if isinstance(exc, LaminaError):
+            raise BenchError(f"{name}: the server refused a request: {exc.code}: "
+                             f"{exc.message}") from None
+        raise
     finally:
         if spawned is not None:
             code = spawned.stop()

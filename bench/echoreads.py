@@ -270,16 +270,19 @@ def report(results: dict[str, list[tuple[float, float]]], connections: int,
 
 
 def main(argv: list[str] | None = None) -> None:
+    from lamina.tools.cmdvalues import parse_count
+
     parser = argparse.ArgumentParser(prog="python -m lamina.bench.echoreads",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
     parser.add_argument("--servers", default=",".join(SERVERS),
                         help="which servers, comma-separated: task, epoll, bare, lamina, "
                         "redis (default: the three echo servers)")
-    parser.add_argument("--connections", type=int, action="append",
+    parser.add_argument("--connections", type=parse_count, action="append",
                         help="connections, each with a request in flight (default: 1, then 4)")
-    parser.add_argument("--rounds", type=int, default=12, help="alternated rounds (default 12)")
-    parser.add_argument("--requests", type=int, default=20000,
+    parser.add_argument("--rounds", type=parse_count, default=12,
+                        help="alternated rounds (default 12)")
+    parser.add_argument("--requests", type=parse_count, default=20000,
                         help="requests a round (default 20000)")
     parser.add_argument("--think-us", type=float, default=0.0,
                         help="client spins this long before each round trip (default 0)")

@@ -119,10 +119,13 @@ def _count(reads: _Reads, kind: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from lamina.tools.cmdvalues import parse_count
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("count", "time"))
-    parser.add_argument("--reads", type=int, default=2000, help="reads of each kind a round")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--reads", type=parse_count, default=2000,
+                        help="reads of each kind a round")
+    parser.add_argument("--rounds", type=parse_count, default=7)
     options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="lamina-readpath-") as scratch:
         figures = trio.run(_measure, Path(scratch), options.mode, options.reads,

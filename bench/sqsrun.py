@@ -87,7 +87,7 @@ def started_lamina(args: argparse.Namespace) -> Iterator[Endpoint]:
     try:
         server = SpawnedServer.start(fsync=args.fsync, data=args.data, python=args.server_python,
                                      extra_args=extra)
-    except RuntimeError as exc:
+    except (RuntimeError, OSError) as exc:  # it exited, or its interpreter is missing
         if "--sqs-port" in str(exc):
             raise BenchError("this lamina has no SQS gateway (lamina serve --sqs-port); give "
                              "--server-python PATH of an interpreter whose lamina has one") \

@@ -273,10 +273,12 @@ def best_of_trees(trees: dict[str, str], child_argv: Callable[[str, str], list[s
 
 
 def main(argv: list[str] | None = None) -> None:
+    from lamina.tools.cmdvalues import parse_count
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", metavar="DIR", help="a source tree to alternate with")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--rounds", type=parse_count, default=5)
+    parser.add_argument("--calls", type=parse_count, default=600)
     parser.add_argument("--prefill", type=int, default=110_000)
     parser.add_argument("--child", nargs=2, metavar=("ROOT", "DATA"), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from lamina.engine.errors import QueueNotFound
+from lamina.engine.errors import LaminaError, QueueNotFound
 from lamina.client import Client
 
 from .loadgen import BenchError, SeriesFigures, WorkerSpec, first_start, run_workers, summarize
@@ -51,9 +51,10 @@ from .workers import (
     share,
 )
 
-__all__ = ["Figure", "Params", "Run", "WORKLOADS", "Workload", "WorkloadResult", "drop_backlog",
-           "fill_backlog", "measure", "new_result", "score_w1", "score_w2", "score_w3",
-           "score_w4", "start_w1", "start_w2", "start_w3", "start_w4"]
+__all__ = ["Figure", "Params", "Run", "WORKLOADS", "Workload", "WorkloadResult",
+           "drop_after_failure", "drop_backlog", "fill_backlog", "measure", "new_result",
+           "score_w1", "score_w2", "score_w3", "score_w4", "start_w1", "start_w2", "start_w3",
+           "start_w4"]
 
 _PREFILL_BATCH = 1000
 #: The server's peak RSS over a workload run, since it started (a backlog included).
@@ -295,6 +296,16 @@ def fill_backlog(run: Run, params: Params) -> None:
 def drop_backlog(run: Run, params: Params) -> None:
     if params.backlog:
         _drop_queue(run, BACKLOG_QUEUE)
+
+
+def drop_after_failure(run: Run, name: str, params: Params) -> None:
+    """After workload ``name`` failed on a server the bench does not own: its queue and the
+    backlog's gone, as a finished run leaves it (best effort: the server may be what failed)."""
+    try:
+        _drop_queue(run, f"bench-{name}")
+        drop_backlog(run, params)
+    except (LaminaError, OSError):
+        pass
 
 
 def start_w2(run: Run, params: Params) -> tuple[WorkloadResult, int, int, int]:

@@ -76,7 +76,12 @@ class RedisServer:
             raise BenchError(f"--against redis needs redis-server on PATH: {INSTALL_HINT}")
         for _ in range(3):  # the free port may be taken before redis binds it: try another
             server = cls._spawn(executable, fsync)
-            if server._wait_ready():
+            try:
+                ready = server._wait_ready()
+            except BaseException:  # interrupted, or something else answered on its port
+                server.stop()
+                raise
+            if ready:
                 return server
             server.stop()
         raise BenchError("redis-server did not start: " + " | ".join(server.output[-5:]))

@@ -306,8 +306,6 @@ def test_a_backlog_stays_beside_the_workload_on_both_systems_and_counts_in_peak_
         assert result["params"]["backlog"] == 3000
         peak = next(f for f in result["figures"] if f["label"] == "server peak RSS")
         assert peak["target"] == 100 and peak["at_least"] is False
-    ran = lamina(None, "bench", "w4", "--backlog", "-1")
-    assert ran.code == 1 and "--backlog" in ran.err
 
 
 @pytest.mark.slow
@@ -349,3 +347,99 @@ def test_a_redis_server_that_does_not_start_is_a_clear_error(
     ran = lamina(None, "bench", "w1", "--against", "redis", *TINY)
     assert ran.code == 1
     assert "redis-server did not start" in ran.err and "FATAL CONFIG FILE ERROR" in ran.err
+
+
+@pytest.mark.parametrize(("option", "bad"), [
+    ("--processes", "0"), ("--processes", "-1"), ("--messages", "0"), ("--messages", "-5"),
+    ("--batch", "0"), ("--batch", "-3"), ("--inflight", "0"), ("--repeat", "0"),
+    ("--connections", "0"), ("--rate", "-5"), ("--rate", "0"), ("--duration", "-1"),
+    ("--timeout", "0"), ("--timeout", "nan"), ("--body-bytes", "-1"), ("--backlog", "-1"),
+    ("--groups", "0"), ("--warmup", "-1"), ("--server-pid", "0"), ("--processes", "x"),
+    ("--client-nice", "20"), ("--client-nice", "-21"), ("--batch", "1001")])
+def test_bad_sizes_are_refused_naming_the_option(lamina: Any, capsys: pytest.CaptureFixture[str],
+                                                 option: str, bad: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        lamina(None, "bench", "w1", option, bad)
+    assert exc.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+def _serving_children() -> list[int]:
+    """Pids of ``lamina serve`` processes this test process started and that still run."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == os.getpid() and b"serve" in cmdline and stat[stat.rindex(")") + 2] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_profile_without_py_spy_is_a_clear_error_and_stops_the_started_server(
+        lamina: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lamina.bench.profiler.shutil.which", lambda *_a, **_k: None)
+    ran = lamina(None, "bench", "w4", "--messages", "50", "--profile", "out.svg")
+    assert ran.code == 1 and "py-spy" in ran.err and "Traceback" not in ran.err
+    assert _serving_children() == []
+
+
+@pytest.mark.slow
+def test_a_lamina_server_that_does_not_start_is_a_clear_error(lamina: Any, tmp_path: Path
+                                                              ) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    ran = lamina(None, "bench", "w4", "--messages", "50", "--data", str(not_a_folder))
+    assert ran.code == 1 and "lamina serve did not start" in ran.err
+    ran = lamina(None, "bench", "w4", "--messages", "50", "--server-python",
+                 str(tmp_path / "no-python"))
+    assert ran.code == 1 and "no-python" in ran.err
+    ran = lamina(None, "bench", "sqs-rounds", "--messages", "50", "--warmup", "0",
+                 "--server-python", str(tmp_path / "no-python"))
+    assert ran.code == 1 and "no-python" in ran.err
+
+
+def test_a_server_pid_of_no_process_is_refused(lamina: Any, capsys: pytest.CaptureFixture[str]
+                                               ) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    with pytest.raises(SystemExit) as exc:
+        lamina(None, "bench", "w4", "--server", "127.0.0.1:1", "--server-pid", str(gone.pid))
+    assert exc.value.code == 2
+    assert "--server-pid" in capsys.readouterr().err
+
+
+def test_a_server_pid_without_the_server_it_belongs_to_is_refused(lamina: Any) -> None:
+    ran = lamina(None, "bench", "w4", "--server-pid", str(os.getpid()))
+    assert ran.code == 1 and "--server-pid" in ran.err and "--server" in ran.err
+    ran = lamina(None, "bench", "sqs-rounds", "--server-pid", str(os.getpid()))
+    assert ran.code == 1 and "--server-pid" in ran.err and "--endpoint" in ran.err
+
+
+@pytest.mark.slow
+def test_a_failed_run_against_a_running_server_leaves_no_queue_there(server: Any, lamina: Any
+                                                                     ) -> None:
+    ran = lamina(server, "bench", "w2", "--processes", "1", "--messages", "3000",
+                 "--backlog", "10", "--timeout", "0.001")
+    assert ran.code == 1 and "did not finish" in ran.err
+    listed = lamina(server, "queue", "list", "--json")
+    assert listed.lines() == []
+
+
+@pytest.mark.slow
+@needs_redis
+def test_an_interrupt_while_redis_server_starts_stops_it(lamina: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("hiredis")
+
+    def interrupted(*_args: Any, **_kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # Ctrl-C while the bench waits for redis-server's first PONG
+
+    monkeypatch.setattr("lamina.bench.peers.redis.RespConnection", interrupted)
+    ran = lamina(None, "bench", "w4", "--against", "redis", "--messages", "20")
+    assert ran.code == 130
+    assert _serving_children() == []
