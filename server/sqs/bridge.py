@@ -69,6 +69,9 @@ class Bridge:
         #: The connection's TCP socket (under TLS too), watched for the client hanging up
         #: while a receive may wait (http.py); None: not watched.
         self.socket: trio.socket.SocketType | None = None
+        #: Called once when the current request's receive begins to wait (http.py gives its
+        #: answer's memory budget back then); None: nothing to call.
+        self.on_wait: Callable[[], None] | None = None
 
     def close(self) -> None:
         self.dead = True
@@ -102,6 +105,10 @@ class Bridge:
         if self.reading_done or self.dead:
             return False
         self.waiters.add(waiter)
+        on_wait = self.on_wait
+        if on_wait is not None:
+            self.on_wait = None
+            on_wait()
         return True
 
     def forget_wait(self, waiter: Waiter) -> None:

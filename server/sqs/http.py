@@ -6,7 +6,9 @@ connections, and ends like one at shutdown); each request is read whole (headers
 ``MAX_HEADER_BYTES``, body at most ``MAX_BODY_BYTES``: SQS's 1 MiB payload in its most
 verbose encoding), its signature checked when the server has keys, decoded by its protocol
 (AWS JSON 1.0 when it carries ``X-Amz-Target``, else Query), run, and answered in that
-protocol's shape. Requests of one connection run one at a time, in order (HTTP/1.1).
+protocol's shape. Requests of one connection run one at a time, in order (HTTP/1.1): the
+next is read once the answer before it is written. Bodies and answers count against the
+server's memory budget as a binary connection's frames do (budget.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from lamina.engine.errors import LaminaError
 from . import jsonproto, queryproto
 from .actions import ACTIONS
 from ..accept import Refusals, accept_connections
-from ..budget import SMALL_BYTES, MemoryBudget
+from ..budget import MAX_ANSWERED_MESSAGE_BYTES, SMALL_BYTES, MemoryBudget
 from ..busypoll import BusyPoll
 from ..config import ServerConfig
 from ..keyring import KeyRing
@@ -65,7 +67,8 @@ class Host(Protocol):
     busy_poll: BusyPoll
     #: Every open connection and bridge (counted against ``max_connections``).
     connections: set[Reader]
-    #: Memory of all connections' buffers, request bodies here included (budget.py).
+    #: Memory of all connections' buffers, request bodies and answers here included
+    #: (budget.py).
     budget: MemoryBudget
     #: Connections closed unserved, logged now and then (accept.py).
     refusals: Refusals
@@ -152,7 +155,9 @@ class SqsGateway:
     async def _serve_connection(self, trio_stream: trio.abc.Stream, bridge: Bridge) -> None:
         parser = RequestParser(MAX_HEADER_BYTES, MAX_BODY_BYTES)
         stream = _Wire(trio_stream, self.server.config.idle_timeout_s)
-        grant = _BodyGrant(self.server.budget)
+        budget = self.server.budget
+        grant = _Grant(budget)  # the body of the request being read
+        answer = _Grant(budget)  # its answer, until the socket took it
         try:
             while not bridge.reading_done:
                 try:
@@ -161,22 +166,24 @@ class SqsGateway:
                     error = (_too_large(exc.message, exc.status) if exc.status in (413, 431)
                              else (exc.status, [("Content-Type", "text/plain")],
                                    exc.message.encode()))
-                    await self._send(stream, error, close=True)
+                    await self._send(stream, error, answer, close=True)
                     return
                 if request is None:
                     return
-                response = await self.respond(bridge, request)
+                response = await self.respond(bridge, request, grant, answer)
+                request.body = b""  # done with: freed with its grant
+                grant.release()
                 close = bridge.reading_done or not request.keep_alive
-                await self._send(stream, response, close=close,
+                await self._send(stream, response, answer, close=close,
                                  head_only=request.method == "HEAD")
-                grant.release()  # the request's body is done with
                 if close:
                     return
         finally:
             grant.close()
+            answer.close()
 
     async def _read_request(self, stream: _Wire, parser: RequestParser, bridge: Bridge,
-                            grant: _BodyGrant) -> HttpRequest | None:
+                            grant: _Grant) -> HttpRequest | None:
         """-> the next request; None when the connection is to close (the client closed it,
         or was idle or too slow to send a request, or the server is shutting down)."""
         request = parser.next_request()
@@ -212,16 +219,23 @@ class SqsGateway:
             if request is not None:
                 return request
 
-    async def _send(self, stream: _Wire, response: Response, close: bool,
+    async def _send(self, stream: _Wire, response: Response, answer: _Grant, close: bool,
                     head_only: bool = False) -> None:
+        """Write one answer; until the socket took it, a large one holds its size in
+        ``answer`` (budget.py rules 1, 4), and nothing more of its connection is read."""
         status, headers, body = response
-        await stream.send_all(render_response(status, headers, body, close=close,
-                                              head_only=head_only))
+        data = render_response(status, headers, body, close=close, head_only=head_only)
+        answer.hold_now(len(data))
+        await stream.send_all(data)
+        answer.release()
 
     # -- one request ---------------------------------------------------------------------------
 
-    async def respond(self, bridge: Bridge, request: HttpRequest) -> Response:
-        """Run one request; -> its answer in its protocol's shape."""
+    async def respond(self, bridge: Bridge, request: HttpRequest, body_grant: _Grant,
+                      answer: _Grant) -> Response:
+        """Run one request; -> its answer in its protocol's shape. A request whose answer
+        may be large runs once ``answer`` holds its bound (budget.py rule 3), given for
+        ``body_grant``'s bytes, so no two connections hold bodies and wait on one another."""
         request_id = f"{self._request_id_prefix}{next(self._request_numbers):012x}"
         method = request.method
         target = request.target
@@ -252,6 +266,19 @@ class SqsGateway:
             host = headers.get("host")
             base_url = f"{self.scheme}://{host}" if host else self.state.naming.base_url
             context = Context(bridge, self.state, base_url)
+            if action == "ReceiveMessage":
+                bound = body_grant.granted_bytes + _receive_bound_bytes(params)
+                body_grant.release()
+                with trio.CancelScope() as waiting:  # ended by a shutdown (stop_reading)
+                    bridge.idle_scope = waiting
+                    try:
+                        if not bridge.reading_done:
+                            await answer.hold(bound)
+                    finally:
+                        bridge.idle_scope = None
+                # A receive that waits gives its bound back (its answer is counted when it
+                # comes, as a binary connection's is: waiters are bounded by max_waiting).
+                bridge.on_wait = answer.release
             if action == "ReceiveMessage" and params.get("WaitTimeSeconds") not in (0, "0"):
                 result = await _unless_hung_up(run(context, params), bridge)
             else:
@@ -271,6 +298,7 @@ class SqsGateway:
             response = (jsonproto.render_error(error) if is_json
                         else queryproto.render_error(error, request_id))
         self.server.metrics.observe_sqs(action if action in ACTIONS else "unknown", outcome)
+        bridge.on_wait = None
         status, response_headers, response_body = response
         return status, [*response_headers, ("x-amzn-RequestId", request_id)], response_body
 
@@ -309,10 +337,11 @@ async def _end_waits_at_hang_up(sock: trio.socket.SocketType, bridge: Bridge) ->
         bridge.stop_reading()  # its waits end with nothing; no further request is read
 
 
-class _BodyGrant:
-    """The memory budget's grant for the body of the request one HTTP connection is reading
-    (budget.py rules 2, 4, 5): a body over SMALL_BYTES holds its whole bound from when its
-    head is in until its answer is sent; until the budget has room, nothing more is read."""
+class _Grant:
+    """One HTTP connection's grant of the memory budget (budget.py rules 1-5) for the body of
+    the request it is reading (from when its head is in until its answer is made; until the
+    budget has room, nothing more is read) or for its answer (its bound while it is made, then
+    its size until the socket took it). Nothing at or under SMALL_BYTES is counted."""
 
     def __init__(self, budget: MemoryBudget) -> None:
         self.budget = budget
@@ -339,6 +368,15 @@ class _BodyGrant:
             budget.forget(self)
         budget.take(bound_bytes)
         self.granted_bytes = bound_bytes
+
+    def hold_now(self, nbytes: int) -> None:
+        """Hold ``nbytes`` already in memory (taken unasked), in place of what was held."""
+        if nbytes <= SMALL_BYTES and not self.granted_bytes:
+            return
+        self.release()
+        if nbytes > SMALL_BYTES:
+            self.budget.take(nbytes)
+            self.granted_bytes = nbytes
 
     def release(self) -> None:
         if self.granted_bytes:
@@ -393,6 +431,17 @@ class _Wire:
             rest = data
         with trio.fail_after(self.idle_s):  # TooSlowError ends the connection
             await self.stream.send_all(rest)
+
+
+def _receive_bound_bytes(params: dict[str, Any]) -> int:
+    """The bound of a ReceiveMessage answer (budget.py rule 3): as the binary protocol's
+    receive, its messages' largest size; its real size, once made, is what it holds."""
+    count = params.get("MaxNumberOfMessages", 1)
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if type(count) is not int or not 1 <= count <= 10:
+        count = 1  # refused by the action: the answer is an error
+    return count * MAX_ANSWERED_MESSAGE_BYTES
 
 
 def _too_large(message: str, status: int) -> Response:

@@ -4,6 +4,7 @@ connection rather than drop what it read, bounds what it holds, and frees what a
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
 from pathlib import Path
@@ -166,3 +167,79 @@ def test_refusals_are_logged_at_most_every_interval_with_how_many_each_line_stan
     trio.run(flood, clock=trio.testing.MockClock(autojump_threshold=0))
     lines = [(r.refused, r.peer) for r in caplog.records if getattr(r, "event", None) == "refused"]
     assert lines == [(1, "127.0.0.1:1"), (5, "127.0.0.1:2")]
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_sqs_answers_a_client_does_not_read_are_held_to_the_memory_budget(
+        tmp_path: Path) -> None:
+    budget = 4 * 1024 * 1024
+    async with running_server(tmp_path, sqs_port=0, max_buffered=budget) as server:
+        live = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+        assert b" 200 " in await sqs_call(live, b"/?Action=CreateQueue&QueueName=big")
+        body = b"Action=SendMessage&MessageBody=" + b"m" * 900_000
+        for _ in range(40):
+            await live.send_all(b"POST /000000000000/big HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                b"application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n"
+                                % len(body) + body)
+            with trio.fail_after(10):
+                assert b" 200 " in await live.receive_some(65536)
+        rss_before = rss_bytes()
+        receive = (b"GET /000000000000/big?Action=ReceiveMessage&MaxNumberOfMessages=10"
+                   b"&VisibilityTimeout=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+        hostile = []
+        for _ in range(4):  # each asks for 9 MB of answers, twice, and reads none of it
+            sock = trio.socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            await sock.connect(("127.0.0.1", server.sqs_port))
+            stream = trio.SocketStream(sock)
+            await stream.send_all(receive * 2)
+            hostile.append(stream)
+        await trio.sleep(1.0)
+        held = server.budget.used_bytes
+        grown = rss_bytes() - rss_before
+        # Counted, and bounded: one answer past the budget (budget.py rule 5), not eight.
+        assert 0 < held and server.budget.peak_bytes <= budget + 10 * 1024 * 1024
+        assert grown < 60 * 1024 * 1024  # 119 MB when each connection held its answers
+        # A client asking small things is served meanwhile.
+        assert b" 200 " in await sqs_call(live, b"/?Action=ListQueues")
+        for stream in hostile:
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+        with trio.fail_after(10):
+            while server.budget.used_bytes:
+                await trio.sleep(0.05)
+        received = await sqs_call(live, b"/000000000000/big?Action=ReceiveMessage&WaitTimeSeconds=5")
+        assert b"<Body>mmm" in received, received  # the queue's receives are served again
+        await live.aclose()
+        await trio.sleep(0.1)
+        assert server.budget.used_bytes == 0
+
+
+async def test_sqs_long_polls_that_wait_hold_nothing_of_the_memory_budget(
+        tmp_path: Path) -> None:
+    async with running_server(tmp_path, sqs_port=0, max_buffered=4 * 1024 * 1024) as server:
+        live = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+        assert b" 200 " in await sqs_call(live, b"/?Action=CreateQueue&QueueName=w")
+        polls = []
+        for _ in range(3):  # each may be answered 10 MiB, but waits for messages meanwhile
+            stream = await trio.open_tcp_stream("127.0.0.1", server.sqs_port)
+            await stream.send_all(b"GET /000000000000/w?Action=ReceiveMessage&WaitTimeSeconds=5"
+                                  b"&MaxNumberOfMessages=10 HTTP/1.1\r\nHost: x\r\n\r\n")
+            polls.append(stream)
+        with trio.fail_after(3):
+            while len(server.waiting) < 3:
+                await trio.sleep(0.05)
+        assert server.budget.used_bytes == 0
+        # Another receive that may be answered 10 MiB is served at once.
+        assert b"<ReceiveMessageResult></ReceiveMessageResult>" in await sqs_call(
+            live, b"/000000000000/w?Action=ReceiveMessage&MaxNumberOfMessages=10")
+        assert b" 200 " in await sqs_call(live, b"/000000000000/w?Action=SendMessage&MessageBody=x")
+        with trio.fail_after(3):
+            assert b"<Body>x</Body>" in await polls[0].receive_some(65536)  # the first poll
+        for stream in polls:
+            await stream.aclose()
+        await live.aclose()
