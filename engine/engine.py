@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import os
 from pathlib import Path
-from typing import Any, Generator, Iterable, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
 
 from .admin import MAX_LIST_LIMIT, AdminOps
 from .clock import Clock
@@ -271,10 +271,8 @@ class Engine(EngineCore):
         """Create a queue (and its ``default`` tag). Idempotent for an equal definition.
         ``extras``: a new queue's extras (``set_queue_extras``), written in one batch with
         it, so a queue never exists without them; an existing queue's are left as they are."""
-        if extras is None:
-            return self._admin.create_queue(queue, attributes, caller=caller)
         return self._admin.create_queue(queue, attributes, caller=caller,
-                                        created=self._extras_ops.extras_writer(extras))
+                                        created=self._extras_writer(extras))
 
     def copy_queue(self, queue: str, source: str, *, caller: str | None = None) -> QueueInfo:
         """A new queue with ``source``'s attributes (redrive included) and tags (filters kept,
@@ -299,10 +297,11 @@ class Engine(EngineCore):
                              caller: str | None = None) -> dict[str, Any]:
         """Change the given attributes (all rules hold afterwards, else nothing changes);
         ``extras``: the queue's new extras (``set_queue_extras``), in the same batch."""
-        if extras is None:
-            return self._admin.set_queue_attributes(queue, attributes, caller=caller)
-        return self._admin.set_queue_attributes(
-            queue, attributes, caller=caller, changed=self._extras_ops.extras_writer(extras))
+        return self._admin.set_queue_attributes(queue, attributes, caller=caller,
+                                                changed=self._extras_writer(extras))
+
+    def _extras_writer(self, extras: Mapping[str, Any] | None) -> Callable[[int], object] | None:
+        return None if extras is None else self._extras_ops.extras_writer(extras)
 
     def purge_queue(self, queue: str, *, caller: str | None = None) -> int:
         """Every message produced so far is gone for every tag; -> how many were retained."""
