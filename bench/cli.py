@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .placement import cpus_option
 
@@ -89,24 +89,10 @@ def _poll_window(text: str) -> int:
     return value
 
 
-def _at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
-    """A whole number of at least ``minimum`` (0: none is allowed; 1: a count), and at most
-    ``maximum`` if given."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < minimum or (maximum is not None and value > maximum):
-            within = f"{minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
-            raise argparse.ArgumentTypeError(f"must be {within}, got {value}")
-        return value
-    return parse
-
-
 def _pid(text: str) -> int:
     """The pid of a running process (``--server-pid``)."""
-    pid = _at_least(1)(text)
+    from lamina.tools.cmdvalues import parse_count
+    pid = parse_count(text)
     if not Path(f"/proc/{pid}").exists():
         raise argparse.ArgumentTypeError(f"no process has pid {pid}")
     return pid
@@ -125,7 +111,8 @@ def _rate(text: str) -> float:
 def add_bench_command(commands: Any) -> None:
     """Add ``bench`` to the ``lamina`` parser's subparsers."""
     from lamina.engine.validation import MAX_BATCH
-    from lamina.tools.cmdvalues import parse_seconds, parse_server  # cheap: no client import
+    from lamina.tools.cmdvalues import (  # cheap: no client import
+        parse_seconds, parse_server, whole_number)
 
     from .peers import PEER_NAMES  # cheap: the names only
     parser = commands.add_parser(
@@ -180,9 +167,9 @@ def add_bench_command(commands: Any) -> None:
                      help="access key id (default: $AWS_ACCESS_KEY_ID, else 'test')")
     sqs.add_argument("--secret-key", metavar="SECRET",
                      help="secret access key (default: $AWS_SECRET_ACCESS_KEY, else 'test')")
-    sqs.add_argument("--groups", type=_at_least(1), default=100, metavar="N",
+    sqs.add_argument("--groups", type=whole_number(1), default=100, metavar="N",
                      help="sqs-fifo message groups (default 100)")
-    sqs.add_argument("--warmup", type=_at_least(0), default=2000, metavar="N",
+    sqs.add_argument("--warmup", type=whole_number(0), default=2000, metavar="N",
                      help="messages each started system first sends and consumes unmeasured "
                           "(default 2000; 0: none)")
     where.add_argument("--against", choices=(*PEER_NAMES, *SQS_PEERS), metavar="PEER",
@@ -192,24 +179,24 @@ def add_bench_command(commands: Any) -> None:
                             f"{', '.join(SQS_PEERS)} for the SQS workloads (started by "
                             "--peers-script); default none")
     sizes = parser.add_argument_group("workload sizes (default: the sizes listed above)")
-    sizes.add_argument("--processes", type=_at_least(1), metavar="N",
+    sizes.add_argument("--processes", type=whole_number(1), metavar="N",
                        help="client processes (w1, w2, sqs-send, sqs-consume, sqs-fifo; "
                             "default 4)")
-    sizes.add_argument("--messages", type=_at_least(1), metavar="N",
+    sizes.add_argument("--messages", type=whole_number(1), metavar="N",
                        help="messages (default w1, w2: 200,000; w4: 20,000; sqs-send, "
                             "sqs-consume, sqs-fifo: 20,000; rounds of sqs-rounds: 2,000)")
-    sizes.add_argument("--batch", type=_at_least(1, MAX_BATCH), metavar="N",
+    sizes.add_argument("--batch", type=whole_number(1, MAX_BATCH), metavar="N",
                        help=f"messages per send (w1) or receive (w2, w3), 1-{MAX_BATCH}; "
                             "default 16")
-    sizes.add_argument("--body-bytes", type=_at_least(0), default=256, metavar="BYTES",
+    sizes.add_argument("--body-bytes", type=whole_number(0), default=256, metavar="BYTES",
                        help="body size (default 256)")
-    sizes.add_argument("--inflight", type=_at_least(1), default=1, metavar="N",
+    sizes.add_argument("--inflight", type=whole_number(1), default=1, metavar="N",
                        help="requests in flight per process (w1, w2; default 1)")
     sizes.add_argument("--sequential", action="store_true",
                        help="w2: each consumer receives, then deletes, in two round trips "
                             "(default: each delete goes with the next receive, one round "
                             "trip per batch: Client.delete_and_receive)")
-    sizes.add_argument("--backlog", type=_at_least(0), default=0, metavar="N",
+    sizes.add_argument("--backlog", type=whole_number(0), default=0, metavar="N",
                        help="before each run send N messages to a queue of their own and "
                             "keep them there while the workload runs, on each system (not "
                             "measured; the server's peak RSS includes them; default 0)")
@@ -217,20 +204,20 @@ def add_bench_command(commands: Any) -> None:
                        help="w3 messages per second (default 2000)")
     sizes.add_argument("--duration", type=parse_seconds, metavar="SECONDS",
                        help="w3 run time (default 10)")
-    sizes.add_argument("--connections", type=_at_least(1), metavar="N",
+    sizes.add_argument("--connections", type=whole_number(1), metavar="N",
                        help="idle connections (default 1000)")
     sizes.add_argument("--client-poll-us", type=_poll_window, default=0, metavar="US",
                        help="w4: the client busy-polls this long for each answer before "
                             "sleeping (Client busy_poll_us; default 0: it sleeps on its "
                             "socket at once, as applications' clients do)")
-    sizes.add_argument("--client-nice", type=_at_least(-20, 19), default=0, metavar="N",
+    sizes.add_argument("--client-nice", type=whole_number(-20, 19), default=0, metavar="N",
                        help="run the client processes at nice N (default 0: as the server)")
     sizes.add_argument("--client-cpus", type=cpus_option, metavar="LIST",
                        help="run the client processes on these CPUs, e.g. 0 (default: where "
                             "the scheduler puts them; with --server-cpus, a CPU of their own "
                             "makes every awaited request wake the server's)")
     output = parser.add_argument_group("runs and output")
-    output.add_argument("--repeat", type=_at_least(1), default=1, metavar="N",
+    output.add_argument("--repeat", type=whole_number(1), default=1, metavar="N",
                         help="run each workload N times; report the best (SQS workloads: the "
                              "median run by msg/s, the lower middle one of an even count; with "
                              "--against, N runs of each system, alternated; default 1)")

@@ -14,14 +14,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from lamina.engine.errors import LaminaError
 from lamina.server.config import DEFAULT_PORT
 
 __all__ = ["DEFAULT_SERVER", "ServerClock", "TimeSpec", "UsageError", "named_values",
            "nest_assignments", "parse_assignment", "parse_count", "parse_seconds",
-           "parse_server", "parse_tag_start", "parse_time"]
+           "parse_server", "parse_tag_start", "parse_time", "whole_number"]
 
 DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
 
@@ -44,16 +44,24 @@ def parse_server(text: str) -> tuple[str, int]:
     return host, port
 
 
-def parse_count(text: str) -> int:
-    """A count of at least 1 (``--max``, ``--limit``): 0 or less is refused, never taken as
-    "none" or "no limit"."""
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
-    return count
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` and, if given, at most
+    ``maximum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            within = f"{minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {within}, got {value}")
+        return value
+    return parse
+
+
+#: A count of at least 1 (``--max``, ``--limit``): 0 or less is refused, never taken as
+#: "none" or "no limit".
+parse_count = whole_number(1)
 
 
 def parse_seconds(text: str) -> float:
